@@ -1,0 +1,67 @@
+"""What the store needs from a database, and the choice of backend from a URL.
+
+Each backend (`sqlite`, `postgres`) wraps one database's way to serialise writers, so that global
+positions are assigned in commit order and readers following the log never skip an event.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Literal, Protocol
+
+from sqlalchemy import Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError
+
+from trm_store.errors import StoreError
+
+__all__ = ["Backend", "Durability", "create_backend", "normalise_url"]
+
+Durability = Literal["normal", "full"]
+
+
+class Backend(Protocol):
+    """One database: an engine, a serialised write transaction and error translation."""
+
+    engine: Engine
+    read_only: bool
+
+    def write_transaction(self) -> AbstractContextManager[Connection]:
+        """A transaction that holds the store's single writer lock until it ends."""
+
+    def read_transaction(self) -> AbstractContextManager[Connection]:
+        """A transaction that sees one consistent snapshot."""
+
+    def translate(self, error: Exception) -> StoreError | None:
+        """The typed error for a driver error this backend understands, else None."""
+
+    def describe(self) -> str:
+        """Where the data lives, for messages (never a password)."""
+
+
+def normalise_url(url: str) -> str:
+    """Accept plain `postgresql://` URLs by selecting the psycopg 3 driver we ship with."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def create_backend(url: str, *, read_only: bool, durability: Durability) -> Backend:
+    """The backend for `url` (sqlite or postgresql)."""
+    if durability not in ("normal", "full"):
+        raise StoreError(f"durability must be 'normal' or 'full', got {durability!r}")
+    try:
+        parsed = make_url(normalise_url(url))
+    except ArgumentError as e:
+        raise StoreError(f"not a database URL: {e}") from e
+    if parsed.get_backend_name() == "sqlite":
+        from trm_store.sqlite import SqliteBackend
+
+        return SqliteBackend(parsed, read_only=read_only, durability=durability)
+    if parsed.get_backend_name() == "postgresql":
+        from trm_store.postgres import PostgresBackend
+
+        return PostgresBackend(parsed, read_only=read_only)
+    raise StoreError(
+        f"unsupported database {parsed.get_backend_name()!r}: use sqlite or postgresql"
+    )

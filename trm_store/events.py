@@ -1,0 +1,152 @@
+"""Event values and the registry of event types.
+
+Every event type has a pydantic model registered by name and schema version, so bad data is refused
+before it reaches the log, and old schema versions are upcast when read.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from trm_store.errors import EventValidationError
+
+__all__ = [
+    "EventType",
+    "NewEvent",
+    "RecordedEvent",
+    "Upcaster",
+    "dumps_json",
+    "event_type",
+    "register_event_type",
+    "registered_event_types",
+]
+
+Upcaster = Callable[[int, dict[str, Any]], dict[str, Any]]
+"""Turns the data of an older schema version (given) into the data of the current one."""
+
+_TYPE_NAME_MAX = 128
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to append. `event_id` makes a retried append exactly-once; None draws a UUID."""
+
+    type: str
+    data: Mapping[str, Any]
+    meta: Mapping[str, Any] | None = None
+    event_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    """An event as stored: its global position and its version in its stream."""
+
+    position: int
+    event_id: str
+    stream_id: str
+    version: int
+    type: str
+    schema_version: int
+    data: dict[str, Any]
+    meta: dict[str, Any]
+    recorded_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class EventType:
+    """A registered event type: its model, current schema version and upcaster."""
+
+    name: str
+    model: type[BaseModel]
+    schema_version: int = 1
+    upcast: Upcaster | None = field(default=None)
+
+    def validate(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate `data` against the model and return its JSON-safe normal form."""
+        if not isinstance(data, Mapping):
+            raise EventValidationError(
+                f"event {self.name!r}: data must be a mapping, got {type(data).__name__}"
+            )
+        try:
+            normal = self.model.model_validate(dict(data)).model_dump(mode="json")
+        except ValidationError as e:
+            raise EventValidationError(f"event {self.name!r}: {e}") from e
+        dumps_json(normal, what=f"event {self.name!r} data")
+        return normal
+
+    def read(self, schema_version: int, data: dict[str, Any]) -> dict[str, Any]:
+        """Bring stored data of `schema_version` up to the current version."""
+        if schema_version == self.schema_version or self.upcast is None:
+            return data
+        return self.upcast(schema_version, data)
+
+
+_REGISTRY: dict[str, EventType] = {}
+
+
+def register_event_type(
+    name: str,
+    model: type[BaseModel],
+    *,
+    schema_version: int = 1,
+    upcast: Upcaster | None = None,
+) -> EventType:
+    """Register (or re-register, idempotently) the model for event type `name`."""
+    if not isinstance(name, str) or not name or len(name) > _TYPE_NAME_MAX:
+        raise EventValidationError(f"event type name must be 1..{_TYPE_NAME_MAX} characters")
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise EventValidationError(f"event type {name!r}: model must be a pydantic BaseModel")
+    if (
+        isinstance(schema_version, bool)
+        or not isinstance(schema_version, int)
+        or schema_version < 1
+    ):
+        raise EventValidationError(f"event type {name!r}: schema_version must be an int >= 1")
+    if schema_version > 1 and upcast is None:
+        raise EventValidationError(
+            f"event type {name!r}: schema_version {schema_version} needs an upcaster"
+        )
+    registered = EventType(name, model, schema_version, upcast)
+    _REGISTRY[name] = registered
+    return registered
+
+
+def event_type(name: str) -> EventType:
+    """The registered type `name`, or EventValidationError."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise EventValidationError(f"unknown event type {name!r}: register it first") from None
+
+
+def registered_event_types() -> dict[str, EventType]:
+    """A copy of the registry, for introspection."""
+    return dict(_REGISTRY)
+
+
+def dumps_json(value: Any, *, what: str) -> str:
+    """Canonical JSON; NaN, infinities and non-JSON values raise EventValidationError."""
+    try:
+        return json.dumps(value, allow_nan=False, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError) as e:
+        raise EventValidationError(f"{what} is not JSON: {e}") from e
+
+
+def new_event_id() -> str:
+    """A fresh event id."""
+    return str(uuid.uuid4())
+
+
+def check_event_id(event_id: str) -> str:
+    """Normalise a caller-provided event id (must be a UUID)."""
+    try:
+        return str(uuid.UUID(str(event_id)))
+    except ValueError as e:
+        raise EventValidationError(f"event_id {event_id!r} is not a UUID") from e

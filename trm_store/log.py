@@ -1,0 +1,96 @@
+"""Reading the event log: one place turns rows into `RecordedEvent`s (upcasting old schemas)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, func, select
+
+from trm_store.events import RecordedEvent, registered_event_types
+from trm_store.schema import EVENTS
+
+__all__ = ["events_after", "events_by_id", "head", "stream_events", "stream_head", "to_recorded"]
+
+_COLUMNS = (
+    EVENTS.c.position,
+    EVENTS.c.event_id,
+    EVENTS.c.stream_id,
+    EVENTS.c.stream_version,
+    EVENTS.c.type,
+    EVENTS.c.schema_version,
+    EVENTS.c.data,
+    EVENTS.c.meta,
+    EVENTS.c.recorded_at,
+)
+
+
+def to_recorded(row: Row[*tuple[Any, ...]]) -> RecordedEvent:
+    """A stored row as a RecordedEvent, its data upcast to the registered schema version."""
+    registered = registered_event_types().get(row.type)
+    schema_version, data = row.schema_version, row.data
+    if registered is not None and schema_version != registered.schema_version:
+        data = registered.read(schema_version, data)
+        schema_version = registered.schema_version
+    recorded_at: datetime = row.recorded_at
+    if recorded_at.tzinfo is None:
+        recorded_at = recorded_at.replace(tzinfo=UTC)
+    return RecordedEvent(
+        position=row.position,
+        event_id=row.event_id,
+        stream_id=row.stream_id,
+        version=row.stream_version,
+        type=row.type,
+        schema_version=schema_version,
+        data=data,
+        meta=row.meta,
+        recorded_at=recorded_at,
+    )
+
+
+def head(conn: Connection) -> int:
+    """The last position in the log (0 when empty)."""
+    return int(conn.execute(select(func.coalesce(func.max(EVENTS.c.position), 0))).scalar_one())
+
+
+def stream_head(conn: Connection, stream_id: str) -> int:
+    """The stream's current version (0 when it does not exist)."""
+    query = select(func.coalesce(func.max(EVENTS.c.stream_version), 0)).where(
+        EVENTS.c.stream_id == stream_id
+    )
+    return int(conn.execute(query).scalar_one())
+
+
+def events_after(
+    conn: Connection,
+    after: int,
+    limit: int,
+    *,
+    types: Collection[str] | None = None,
+    until: int | None = None,
+) -> list[RecordedEvent]:
+    """Up to `limit` events with position > `after` (and <= `until`), optionally of `types` only."""
+    query = select(*_COLUMNS).where(EVENTS.c.position > after)
+    if until is not None:
+        query = query.where(EVENTS.c.position <= until)
+    if types is not None:
+        query = query.where(EVENTS.c.type.in_(sorted(types)))
+    query = query.order_by(EVENTS.c.position).limit(limit)
+    return [to_recorded(row) for row in conn.execute(query)]
+
+
+def stream_events(conn: Connection, stream_id: str, from_version: int) -> list[RecordedEvent]:
+    """The events of one stream from `from_version` on."""
+    query = (
+        select(*_COLUMNS)
+        .where(EVENTS.c.stream_id == stream_id, EVENTS.c.stream_version >= from_version)
+        .order_by(EVENTS.c.stream_version)
+    )
+    return [to_recorded(row) for row in conn.execute(query)]
+
+
+def events_by_id(conn: Connection, event_ids: Collection[str]) -> dict[str, RecordedEvent]:
+    """Already recorded events among `event_ids`, by id."""
+    query = select(*_COLUMNS).where(EVENTS.c.event_id.in_(sorted(event_ids)))
+    return {row.event_id: to_recorded(row) for row in conn.execute(query)}

@@ -1,0 +1,58 @@
+"""PostgreSQL backend: a transaction-level advisory lock serialises appends.
+
+Sequences hand out numbers in start order, not commit order, so a reader following positions could
+skip an event that commits late. Taking one advisory lock per write transaction and computing the
+next position under it makes position order equal commit order, with no gaps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import URL, Connection, Engine, create_engine, text
+from sqlalchemy.exc import DBAPIError
+
+from trm_store.errors import ReadOnlyStoreError, StoreError
+
+__all__ = ["PostgresBackend"]
+
+APPEND_LOCK_KEY = 0x74726D  # "trm"
+
+
+class PostgresBackend:
+    """A PostgreSQL database shared by many processes and machines."""
+
+    def __init__(self, url: URL, *, read_only: bool) -> None:
+        self.url = url
+        self.read_only = read_only
+        connect_args = {"options": "-c default_transaction_read_only=on"} if read_only else {}
+        self.engine: Engine = create_engine(url, connect_args=connect_args, pool_pre_ping=True)
+
+    @contextmanager
+    def write_transaction(self) -> Iterator[Connection]:
+        if self.read_only:
+            raise ReadOnlyStoreError(f"store {self.describe()} was opened read_only=True")
+        with self.engine.connect() as conn, conn.begin():
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": APPEND_LOCK_KEY})
+            yield conn
+
+    @contextmanager
+    def read_transaction(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="REPEATABLE READ")
+            with conn.begin():
+                yield conn
+
+    def translate(self, error: Exception) -> StoreError | None:
+        if not isinstance(error, DBAPIError):
+            return None
+        sqlstate = getattr(error.orig, "sqlstate", None)
+        if sqlstate == "25006":
+            return ReadOnlyStoreError(f"store {self.describe()} is read-only: {error.orig}")
+        if (sqlstate or "").startswith("08") or error.connection_invalidated:
+            return StoreError(f"lost the connection to {self.describe()}: {error.orig}")
+        return None
+
+    def describe(self) -> str:
+        return self.url.render_as_string(hide_password=True)

@@ -1,0 +1,312 @@
+"""Keeps a store's projections equal to a replay of its log: inline, on recovery, on demand.
+
+Rebuilds go into scratch tables (committed batch by batch, so memory is bounded by a batch) and
+are swapped in with one transaction under the writer lock: readers see the old table or the new
+one, never a half-built one. A rebuild that dies leaves the projection marked `rebuilding`, and
+the next writable open rebuilds it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import Connection, MetaData, Table, and_, delete, func, insert, or_, select, update
+
+from trm_store.errors import StoreError
+from trm_store.events import RecordedEvent
+from trm_store.log import events_after, head
+from trm_store.projections import Projection
+from trm_store.schema import PROJECTION_STATE
+
+__all__ = ["ProjectionSet", "ProjectionStatus"]
+
+REBUILD_SUFFIX = "__rebuild"
+VERIFY_SUFFIX = "__verify"
+
+WriteTransaction = Callable[[], AbstractContextManager[Connection]]
+Progress = Callable[[int], None]
+"""Called with the number of events just processed, once per batch."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionStatus:
+    """A projection's bookkeeping row."""
+
+    name: str
+    version: int
+    checkpoint: int
+    status: str
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class ProjectionSet:
+    """The projections of one open store and their live tables."""
+
+    def __init__(self, projections: Mapping[str, Projection]) -> None:
+        self.projections = dict(projections)
+        self.live: dict[str, dict[str, Table]] = {
+            name: p.define(MetaData(), "") for name, p in self.projections.items()
+        }
+        current = [
+            and_(PROJECTION_STATE.c.name == name, PROJECTION_STATE.c.version == p.version)
+            for name, p in self.projections.items()
+        ]
+        self._current_version = or_(*current) if current else None
+
+    # -- inline ---------------------------------------------------------------------------------
+
+    def apply_inline(
+        self, conn: Connection, previous_head: int, new_head: int, events: Sequence[RecordedEvent]
+    ) -> None:
+        """Advance every projection that was current at `previous_head` by `events`."""
+        if self._current_version is None:
+            return
+        advanced = conn.execute(
+            update(PROJECTION_STATE)
+            .where(PROJECTION_STATE.c.checkpoint == previous_head, self._current_version)
+            .values(checkpoint=new_head, updated_at=_now())
+            .returning(PROJECTION_STATE.c.name)
+        ).scalars()
+        for name in list(advanced):
+            projection = self.projections[name]
+            mine = [e for e in events if e.type in projection.event_types]
+            if mine:
+                projection.apply(conn, self.live[name], mine)
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def statuses(self, conn: Connection) -> dict[str, ProjectionStatus]:
+        rows = conn.execute(select(PROJECTION_STATE)).all()
+        return {r.name: ProjectionStatus(r.name, r.version, r.checkpoint, r.status) for r in rows}
+
+    def stale(self, conn: Connection, names: Collection[str] | None = None) -> dict[str, str]:
+        """Projections that cannot be read as they are, with the reason."""
+        statuses = self.statuses(conn)
+        last = head(conn)
+        reasons: dict[str, str] = {}
+        for name in names if names is not None else self.projections:
+            projection = self.projections[name]
+            status = statuses.get(name)
+            if status is None:
+                reasons[name] = "never built"
+            elif status.version != projection.version:
+                reasons[name] = f"built at version {status.version}, code is {projection.version}"
+            elif status.checkpoint < last:
+                reasons[name] = f"at position {status.checkpoint}, log head is {last}"
+        return reasons
+
+    def needing_rebuild(self, conn: Connection) -> list[str]:
+        """Projections that cannot be caught up incrementally."""
+        statuses = self.statuses(conn)
+        return [
+            name
+            for name, p in self.projections.items()
+            if (s := statuses.get(name)) is None or s.version != p.version or s.status != "ready"
+        ]
+
+    # -- recovery -------------------------------------------------------------------------------
+
+    def catch_up(self, write: WriteTransaction, batch_size: int) -> dict[str, int]:
+        """Apply the events each current projection has not seen yet; name -> events applied."""
+        applied: dict[str, int] = {}
+        with write() as conn:
+            last = head(conn)
+            statuses = self.statuses(conn)
+            for name, projection in self.projections.items():
+                status = statuses.get(name)
+                if status is None or status.version != projection.version:
+                    continue
+                if status.checkpoint >= last:
+                    continue
+                applied[name] = _replay(
+                    conn, projection, self.live[name], status.checkpoint, last, batch_size
+                )
+                _set_status(conn, name, projection.version, last, "ready")
+        return applied
+
+    def rebuild(
+        self,
+        write: WriteTransaction,
+        names: Collection[str],
+        batch_size: int,
+        progress: Progress | None = None,
+    ) -> dict[str, int]:
+        """Rebuild `names` from the log in one pass, then swap them in; name -> events applied."""
+        chosen = [self.projections[n] for n in names]
+        if not chosen:
+            return {}
+        with write() as conn:
+            for p in chosen:
+                status = self.statuses(conn).get(p.name)
+                if status is None:
+                    _set_status(conn, p.name, 0, 0, "rebuilding")
+                else:
+                    conn.execute(
+                        update(PROJECTION_STATE)
+                        .where(PROJECTION_STATE.c.name == p.name)
+                        .values(status="rebuilding", updated_at=_now())
+                    )
+        scratch = self._fill_scratch(write, chosen, REBUILD_SUFFIX, batch_size, progress)
+        with write() as conn:
+            last = head(conn)
+            counts = self._finish_scratch(conn, chosen, scratch, last, batch_size)
+            for p in chosen:
+                live = p.define(MetaData(), "")
+                for logical, table in live.items():
+                    table.drop(conn, checkfirst=True)
+                    table.create(conn)
+                    source = scratch.tables[p.name][logical]
+                    conn.execute(
+                        insert(table).from_select(
+                            [c.name for c in table.c], select(*[source.c[c.name] for c in table.c])
+                        )
+                    )
+                    source.drop(conn)
+                _set_status(conn, p.name, p.version, last, "ready")
+        return counts
+
+    def verify(
+        self, write: WriteTransaction, batch_size: int, progress: Progress | None = None
+    ) -> list[str]:
+        """Differences between the live tables and a rebuild from scratch (empty: consistent)."""
+        chosen = list(self.projections.values())
+        scratch = self._fill_scratch(write, chosen, VERIFY_SUFFIX, batch_size, progress)
+        differences: list[str] = []
+        with write() as conn:
+            last = head(conn)
+            self._finish_scratch(conn, chosen, scratch, last, batch_size)
+            stale = self.stale(conn)
+            for p in chosen:
+                if p.name in stale:
+                    differences.append(f"{p.name}: {stale[p.name]}")
+                    continue
+                for logical, live in self.live[p.name].items():
+                    differences.extend(
+                        _diff(conn, f"{p.name}.{logical}", live, scratch.tables[p.name][logical])
+                    )
+            for tables in scratch.tables.values():
+                for table in tables.values():
+                    table.drop(conn)
+        return differences
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _fill_scratch(
+        self,
+        write: WriteTransaction,
+        chosen: Sequence[Projection],
+        suffix: str,
+        batch_size: int,
+        progress: Progress | None,
+    ) -> _Scratch:
+        scratch = _Scratch({p.name: p.define(MetaData(), suffix) for p in chosen}, 0, {})
+        with write() as conn:
+            for tables in scratch.tables.values():
+                for table in tables.values():
+                    table.drop(conn, checkfirst=True)
+                    table.create(conn)
+        while True:
+            with write() as conn:
+                batch = events_after(conn, scratch.position, batch_size)
+                self._dispatch(conn, chosen, scratch, batch)
+            if progress is not None and batch:
+                progress(len(batch))
+            if len(batch) < batch_size:
+                return scratch
+
+    def _finish_scratch(
+        self,
+        conn: Connection,
+        chosen: Sequence[Projection],
+        scratch: _Scratch,
+        last: int,
+        batch_size: int,
+    ) -> dict[str, int]:
+        """Bring scratch tables to `last` (events appended during the fill), under the lock."""
+        while scratch.position < last:
+            batch = events_after(conn, scratch.position, batch_size, until=last)
+            if not batch:
+                break
+            self._dispatch(conn, chosen, scratch, batch)
+        return dict(scratch.counts)
+
+    @staticmethod
+    def _dispatch(
+        conn: Connection,
+        chosen: Sequence[Projection],
+        scratch: _Scratch,
+        batch: Sequence[RecordedEvent],
+    ) -> None:
+        for p in chosen:
+            mine = [e for e in batch if e.type in p.event_types]
+            if mine:
+                p.apply(conn, scratch.tables[p.name], mine)
+            scratch.counts[p.name] = scratch.counts.get(p.name, 0) + len(mine)
+        if batch:
+            scratch.position = batch[-1].position
+
+
+@dataclass(slots=True)
+class _Scratch:
+    tables: dict[str, dict[str, Table]]
+    position: int
+    counts: dict[str, int]
+
+
+def _replay(
+    conn: Connection,
+    projection: Projection,
+    tables: Mapping[str, Table],
+    after: int,
+    until: int,
+    batch_size: int,
+) -> int:
+    """Apply the projection's events in (after, until] to `tables`; the number applied."""
+    applied = 0
+    while after < until:
+        batch = events_after(conn, after, batch_size, types=projection.event_types, until=until)
+        if not batch:
+            break
+        projection.apply(conn, tables, batch)
+        applied += len(batch)
+        after = batch[-1].position
+    return applied
+
+
+def _set_status(conn: Connection, name: str, version: int, checkpoint: int, status: str) -> None:
+    conn.execute(delete(PROJECTION_STATE).where(PROJECTION_STATE.c.name == name))
+    conn.execute(
+        insert(PROJECTION_STATE).values(
+            name=name, version=version, checkpoint=checkpoint, status=status, updated_at=_now()
+        )
+    )
+
+
+def _diff(conn: Connection, label: str, live: Table, rebuilt: Table) -> list[str]:
+    columns = [c.name for c in live.c]
+    if columns != [c.name for c in rebuilt.c]:
+        return [f"{label}: live columns {columns} differ from the rebuild's"]
+    live_rows = select(*[live.c[c] for c in columns])
+    rebuilt_rows = select(*[rebuilt.c[c] for c in columns])
+    found = []
+    for what, query in (
+        ("only in the live table", live_rows.except_(rebuilt_rows)),
+        ("missing from the live table", rebuilt_rows.except_(live_rows)),
+    ):
+        count = conn.execute(select(func.count()).select_from(query.subquery())).scalar_one()
+        if count:
+            found.append(f"{label}: {count} row(s) {what}")
+    return found
+
+
+def require_known(projections: Mapping[str, Projection], names: Collection[str]) -> None:
+    """Refuse names that are not registered projections."""
+    unknown = sorted(set(names) - set(projections))
+    if unknown:
+        raise StoreError(f"unknown projection(s) {unknown}; known: {sorted(projections)}")

@@ -1,0 +1,66 @@
+"""Projections: read models derived from the events only.
+
+A projection declares its tables and how a batch of events changes them. The store applies it
+inline, in the append's transaction; the runner (`projection_runner`) catches it up or rebuilds it
+into scratch tables, so the same `apply` serves live updates, recovery and verification.
+
+Rules for a projection:
+- every table and index name it defines ends with the `suffix` it is given (scratch copies differ
+  only by suffix);
+- `apply` reads and writes only its own tables, and only through the connection it is handed;
+- its state depends on the events alone (no clocks, no randomness): a replay must reproduce it;
+- JSON columns use `trm_store.schema.JsonColumn` so live and rebuilt tables can be diffed in SQL.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
+
+from sqlalchemy import Connection, MetaData, Table
+
+from trm_store.errors import StoreError
+from trm_store.events import RecordedEvent
+
+__all__ = [
+    "Projection",
+    "register_projection",
+    "registered_projections",
+]
+
+
+class Projection(ABC):
+    """A named, versioned read model. Bump `version` whenever tables or `apply` change."""
+
+    name: ClassVar[str]
+    version: ClassVar[int]
+    event_types: ClassVar[frozenset[str]]
+
+    @abstractmethod
+    def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
+        """Define this projection's tables in `metadata`, keyed by logical name."""
+
+    @abstractmethod
+    def apply(
+        self, conn: Connection, tables: Mapping[str, Table], events: Sequence[RecordedEvent]
+    ) -> None:
+        """Apply `events` (in position order, all of `event_types`) to `tables`."""
+
+
+_PROJECTIONS: dict[str, Projection] = {}
+
+
+def register_projection(projection: Projection) -> Projection:
+    """Register a projection for every store opened afterwards (re-registering replaces it)."""
+    if not isinstance(projection, Projection):
+        raise StoreError("register_projection takes a Projection instance")
+    if not projection.name or len(projection.name) > 100:
+        raise StoreError("a projection name must be 1..100 characters")
+    _PROJECTIONS[projection.name] = projection
+    return projection
+
+
+def registered_projections() -> dict[str, Projection]:
+    """The registered projections by name, in registration order."""
+    return dict(_PROJECTIONS)

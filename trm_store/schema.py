@@ -1,0 +1,68 @@
+"""The tables alembic owns: the event log and the projections' bookkeeping.
+
+Projection tables themselves are not here: they are derived, disposable, and created by the
+projection runner at the projection's version.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+__all__ = ["EVENTS", "METADATA", "PROJECTION_STATE", "RUN_LEASES", "JsonColumn"]
+
+METADATA = MetaData()
+
+JsonColumn = JSON().with_variant(JSONB(), "postgresql")
+"""JSON everywhere, JSONB on PostgreSQL (comparable, so projections can be diffed in SQL)."""
+
+Position = BigInteger().with_variant(Integer(), "sqlite")
+
+EVENTS = Table(
+    "events",
+    METADATA,
+    Column("position", Position, primary_key=True, autoincrement=False),
+    Column("event_id", String(36), nullable=False),
+    Column("stream_id", String(255), nullable=False),
+    Column("stream_version", Integer, nullable=False),
+    Column("type", String(128), nullable=False),
+    Column("schema_version", Integer, nullable=False),
+    Column("data", JsonColumn, nullable=False),
+    Column("meta", JsonColumn, nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("event_id", name="uq_events_event_id"),
+    UniqueConstraint("stream_id", "stream_version", name="uq_events_stream_version"),
+    Index("ix_events_type", "type"),
+)
+
+PROJECTION_STATE = Table(
+    "projection_state",
+    METADATA,
+    Column("name", String(128), primary_key=True),
+    Column("version", Integer, nullable=False),
+    Column("checkpoint", BigInteger, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+"""One row per projection: version built, last position applied, `ready` or `rebuilding`."""
+
+RUN_LEASES = Table(
+    "run_leases",
+    METADATA,
+    Column("run_id", String(255), primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("heartbeat_at", DateTime(timezone=True), nullable=False),
+)
+"""Liveness of running runs: mutable on purpose, so it lives outside the append-only log."""

@@ -1,0 +1,98 @@
+"""SQLite backend: WAL, a busy timeout, and `BEGIN IMMEDIATE` for every write transaction.
+
+`BEGIN IMMEDIATE` takes the database's write lock at the start, so concurrent writers queue on the
+busy timeout instead of failing with "database is locked" when they upgrade a read lock.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import URL, Connection, Engine, create_engine, event
+from sqlalchemy.exc import DBAPIError
+
+from trm_store.backend import Durability
+from trm_store.errors import ReadOnlyStoreError, StoreError
+
+__all__ = ["SqliteBackend"]
+
+BUSY_TIMEOUT_MS = 60_000
+_WRITE = "trm_write"
+
+
+class SqliteBackend:
+    """A SQLite file shared by any number of processes on one machine."""
+
+    def __init__(self, url: URL, *, read_only: bool, durability: Durability) -> None:
+        database = url.database or ""
+        if database in ("", ":memory:"):
+            raise StoreError("the SQLite store needs a file path, not an in-memory database")
+        self.path = Path(database).expanduser().resolve()
+        self.read_only = read_only
+        if read_only:
+            if not self.path.exists():
+                raise StoreError(f"no SQLite store at {self.path}")
+            engine_url = f"sqlite+pysqlite:///file:{self.path}?mode=ro&uri=true"
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            engine_url = f"sqlite+pysqlite:///{self.path}"
+        self.engine: Engine = create_engine(
+            engine_url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000}
+        )
+        synchronous = "FULL" if durability == "full" else "NORMAL"
+        writable = not read_only
+
+        @event.listens_for(self.engine, "connect")
+        def _configure(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+            # Let SQLAlchemy's "begin" event below decide how each transaction starts.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            if writable:
+                cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA synchronous={synchronous}")
+            cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            cursor.close()
+
+        @event.listens_for(self.engine, "begin")
+        def _begin(conn: Connection) -> None:
+            immediate = conn.get_execution_options().get(_WRITE, False)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    @contextmanager
+    def write_transaction(self) -> Iterator[Connection]:
+        if self.read_only:
+            raise ReadOnlyStoreError(f"store {self.describe()} was opened read_only=True")
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(**{_WRITE: True})
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def read_transaction(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    def translate(self, error: Exception) -> StoreError | None:
+        if not isinstance(error, DBAPIError):
+            return None
+        message = str(error.orig).lower()
+        if "readonly" in message or "read-only" in message:
+            return ReadOnlyStoreError(f"store {self.describe()} is read-only: {error.orig}")
+        if "disk is full" in message or "database or disk is full" in message:
+            return StoreError(f"disk full writing {self.describe()}: nothing was written")
+        if "malformed" in message or "not a database" in message:
+            return StoreError(f"{self.describe()} is corrupt or not a trm store: {error.orig}")
+        if "locked" in message or "busy" in message:
+            return StoreError(
+                f"{self.describe()} stayed locked past the busy timeout: {error.orig}"
+            )
+        if "append-only" in message:
+            return StoreError(f"the event log is append-only: {error.orig}")
+        return None
+
+    def describe(self) -> str:
+        return f"sqlite:///{self.path}"

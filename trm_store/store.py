@@ -1,0 +1,395 @@
+"""The event store: append, read, and the projections kept equal to the log.
+
+`open_store` is the one bootstrap: it builds the backend, verifies (or creates) the schema and, on a
+writable open, brings every projection up to date.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Self
+
+from sqlalchemy import Connection, Table, insert
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from trm_store import domain
+from trm_store.backend import Backend, Durability, create_backend
+from trm_store.errors import (
+    ConcurrencyError,
+    EventValidationError,
+    StaleProjectionError,
+    StoreError,
+)
+from trm_store.events import (
+    NewEvent,
+    RecordedEvent,
+    check_event_id,
+    dumps_json,
+    event_type,
+    new_event_id,
+)
+from trm_store.log import events_after, events_by_id, head, stream_events, stream_head
+from trm_store.migrate import ensure_schema
+from trm_store.projection_runner import Progress, ProjectionSet, require_known
+from trm_store.projections import Projection, registered_projections
+from trm_store.schema import EVENTS
+
+__all__ = ["AppendItem", "Store", "default_url", "open_store"]
+
+DEFAULT_URL = "sqlite:///trm.db"
+_STREAM_ID_MAX = 255
+AppendItem = tuple[str, Sequence[NewEvent], int | None]
+"""(stream_id, events, expected_version) for `Store.append_batch`."""
+
+REPLAY_HINT = "run `trm replay-projections --db URL` (or open the store writable once)"
+
+
+def default_url(url: str | None) -> str:
+    """`url`, else TRM_STORE_URL, else ./trm.db."""
+    return url or os.environ.get("TRM_STORE_URL") or DEFAULT_URL
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    stream_id: str
+    expected_version: int | None
+    events: list[tuple[str, str, int, dict[str, Any], dict[str, Any]]]
+    """(event_id, type, schema_version, data, meta) per event, validated."""
+
+
+class Store:
+    """An open event store. Use `open_store` to get one; close it (or use `with`) when done."""
+
+    def __init__(
+        self, backend: Backend, projections: Mapping[str, Projection], *, batch_size: int = 1000
+    ) -> None:
+        self._backend = backend
+        self._projections = ProjectionSet(projections)
+        self._batch_size = batch_size
+        self._origin = {"host": socket.gethostname(), "pid": os.getpid()}
+
+    # -- properties -----------------------------------------------------------------------------
+
+    @property
+    def read_only(self) -> bool:
+        """True when opened with read_only=True: every write path raises ReadOnlyStoreError."""
+        return self._backend.read_only
+
+    @property
+    def url(self) -> str:
+        """Where the store lives (password hidden)."""
+        return self._backend.describe()
+
+    @property
+    def dialect(self) -> str:
+        """`sqlite` or `postgresql`."""
+        return self._backend.engine.dialect.name
+
+    @property
+    def projection_names(self) -> list[str]:
+        """The projections this store maintains."""
+        return list(self._projections.projections)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def append(
+        self, stream_id: str, events: Sequence[NewEvent], *, expected_version: int | None = None
+    ) -> list[RecordedEvent]:
+        """Append `events` to one stream in one transaction.
+
+        expected_version: None = any version, 0 = the stream must not exist yet, n = the stream
+        must be at version n; otherwise ConcurrencyError and nothing is written. Re-appending
+        events whose event_ids are all recorded already returns the recorded events (a retried
+        append is exactly-once).
+        """
+        return self.append_batch([(stream_id, events, expected_version)])
+
+    def append_batch(self, items: Sequence[AppendItem]) -> list[RecordedEvent]:
+        """Append to many streams in one transaction: all of it is written, or none."""
+        prepared = [self._prepare(item) for item in self._check_items(items)]
+        try:
+            with self.write_transaction() as conn:
+                return self._append_locked(conn, prepared)
+        except SQLAlchemyError as e:
+            raise self._translate(e) from e
+
+    @contextmanager
+    def write_transaction(self) -> Iterator[Connection]:
+        """A transaction holding the store's writer lock (for domain tables outside the log)."""
+        with self._backend.write_transaction() as conn:
+            yield conn
+
+    def _append_locked(
+        self, conn: Connection, prepared: Sequence[_Prepared]
+    ) -> list[RecordedEvent]:
+        given_ids = [eid for p in prepared for eid, *_ in p.events]
+        if any_ids := events_by_id(conn, given_ids):
+            if len(any_ids) == len(given_ids):
+                return [any_ids[eid] for eid in given_ids]
+            raise EventValidationError(
+                f"{len(any_ids)} of {len(given_ids)} event ids are recorded already: a retried "
+                "append must resend exactly the same events"
+            )
+        previous_head = head(conn)
+        position = previous_head
+        versions: dict[str, int] = {}
+        now = datetime.now(UTC)
+        rows: list[dict[str, Any]] = []
+        for item in prepared:
+            if item.stream_id not in versions:
+                versions[item.stream_id] = stream_head(conn, item.stream_id)
+            current = versions[item.stream_id]
+            if item.expected_version is not None and item.expected_version != current:
+                raise ConcurrencyError(item.stream_id, item.expected_version, current)
+            for event_id, type_, schema_version, data, meta in item.events:
+                position += 1
+                current += 1
+                rows.append(
+                    {
+                        "position": position,
+                        "event_id": event_id,
+                        "stream_id": item.stream_id,
+                        "stream_version": current,
+                        "type": type_,
+                        "schema_version": schema_version,
+                        "data": data,
+                        "meta": meta,
+                        "recorded_at": now,
+                    }
+                )
+            versions[item.stream_id] = current
+        conn.execute(insert(EVENTS), rows)
+        recorded = [
+            RecordedEvent(
+                position=r["position"],
+                event_id=r["event_id"],
+                stream_id=r["stream_id"],
+                version=r["stream_version"],
+                type=r["type"],
+                schema_version=r["schema_version"],
+                data=r["data"],
+                meta=r["meta"],
+                recorded_at=now,
+            )
+            for r in rows
+        ]
+        self._projections.apply_inline(conn, previous_head, position, recorded)
+        return recorded
+
+    def _check_items(self, items: Sequence[AppendItem]) -> Sequence[AppendItem]:
+        if isinstance(items, str | bytes) or not isinstance(items, Sequence) or not items:
+            raise EventValidationError(
+                "append_batch takes a non-empty list of (stream_id, events, expected_version)"
+            )
+        for item in items:
+            if not isinstance(item, tuple) or len(item) != 3:
+                raise EventValidationError(
+                    f"append item must be (stream_id, events, expected_version), got {item!r:.80}"
+                )
+        return items
+
+    def _prepare(self, item: AppendItem) -> _Prepared:
+        stream_id, events, expected_version = item
+        if (
+            not isinstance(stream_id, str)
+            or not stream_id.strip()
+            or len(stream_id) > _STREAM_ID_MAX
+        ):
+            raise EventValidationError(
+                f"stream_id must be a non-blank string of at most {_STREAM_ID_MAX} characters"
+            )
+        if expected_version is not None and (
+            isinstance(expected_version, bool)
+            or not isinstance(expected_version, int)
+            or expected_version < 0
+        ):
+            raise EventValidationError(
+                f"expected_version must be None or an int >= 0, got {expected_version!r}"
+            )
+        if isinstance(events, NewEvent) or not isinstance(events, Sequence) or not events:
+            raise EventValidationError(
+                f"stream {stream_id!r}: events must be a non-empty list of NewEvent"
+            )
+        prepared = []
+        for new in events:
+            if not isinstance(new, NewEvent):
+                raise EventValidationError(
+                    f"stream {stream_id!r}: expected NewEvent, got {type(new).__name__}"
+                )
+            registered = event_type(new.type)
+            data = registered.validate(new.data)
+            if new.meta is not None and not isinstance(new.meta, Mapping):
+                raise EventValidationError(f"event {new.type!r}: meta must be a mapping")
+            meta = {**self._origin, **(new.meta or {})}
+            dumps_json(meta, what=f"event {new.type!r} meta")
+            event_id = new_event_id() if new.event_id is None else check_event_id(new.event_id)
+            prepared.append((event_id, new.type, registered.schema_version, data, meta))
+        if len({eid for eid, *_ in prepared}) != len(prepared):
+            raise EventValidationError(
+                f"stream {stream_id!r}: duplicate event_id within one append"
+            )
+        return _Prepared(stream_id, expected_version, prepared)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def read_stream(self, stream_id: str, from_version: int = 1) -> list[RecordedEvent]:
+        """The events of one stream, from `from_version` (1-based) on."""
+        if not isinstance(stream_id, str) or not stream_id:
+            raise EventValidationError("stream_id must be a non-empty string")
+        if isinstance(from_version, bool) or not isinstance(from_version, int) or from_version < 1:
+            raise EventValidationError(f"from_version must be an int >= 1, got {from_version!r}")
+        with self._reading() as conn:
+            return stream_events(conn, stream_id, from_version)
+
+    def read_all(self, after_position: int = 0, batch_size: int = 1000) -> Iterator[RecordedEvent]:
+        """Every event after `after_position` in global order, fetched `batch_size` at a time."""
+        if (
+            isinstance(after_position, bool)
+            or not isinstance(after_position, int)
+            or after_position < 0
+        ):
+            raise EventValidationError(
+                f"after_position must be an int >= 0, got {after_position!r}"
+            )
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise EventValidationError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        return self._read_all(after_position, batch_size)
+
+    def _read_all(self, after: int, batch_size: int) -> Iterator[RecordedEvent]:
+        while True:
+            with self._reading() as conn:
+                batch = events_after(conn, after, batch_size)
+            yield from batch
+            if len(batch) < batch_size:
+                return
+            after = batch[-1].position
+
+    def head_position(self) -> int:
+        """The position of the last committed event (0 for an empty log)."""
+        with self._reading() as conn:
+            return head(conn)
+
+    @contextmanager
+    def query(self, projection: str) -> Iterator[tuple[Connection, Mapping[str, Table]]]:
+        """A read transaction on an up-to-date projection: (connection, its tables by name).
+
+        A writable store catches a stale projection up first; a read-only one raises
+        StaleProjectionError instead of writing.
+        """
+        require_known(self._projections.projections, [projection])
+        with self._reading() as conn:
+            stale = self._projections.stale(conn, [projection])
+            if not stale:
+                yield conn, self._projections.live[projection]
+                return
+        if self.read_only:
+            raise StaleProjectionError(
+                f"projection {projection!r} is stale ({stale[projection]}); {REPLAY_HINT}"
+            )
+        self.recover()
+        with self._reading() as conn:
+            yield conn, self._projections.live[projection]
+
+    @contextmanager
+    def _reading(self) -> Iterator[Connection]:
+        try:
+            with self._backend.read_transaction() as conn:
+                yield conn
+        except SQLAlchemyError as e:
+            raise self._translate(e) from e
+
+    # -- projections ----------------------------------------------------------------------------
+
+    def recover(self) -> dict[str, int]:
+        """Rebuild projections whose version changed or whose rebuild was interrupted, then catch
+        up the ones behind the log. Returns name -> events applied."""
+        with self._reading() as conn:
+            to_rebuild = self._projections.needing_rebuild(conn)
+        applied = self._projections.rebuild(self.write_transaction, to_rebuild, self._batch_size)
+        applied.update(self._projections.catch_up(self.write_transaction, self._batch_size))
+        return applied
+
+    def rebuild_projections(
+        self, only: Collection[str] | None = None, *, progress: Progress | None = None
+    ) -> dict[str, int]:
+        """Rebuild projections (all, or `only` these names) from the log; name -> events applied."""
+        names = list(self._projections.projections) if only is None else list(only)
+        require_known(self._projections.projections, names)
+        try:
+            return self._projections.rebuild(
+                self.write_transaction, names, self._batch_size, progress
+            )
+        except SQLAlchemyError as e:
+            raise self._translate(e) from e
+
+    def verify_projections(self, *, progress: Progress | None = None) -> list[str]:
+        """Rebuild every projection into scratch tables and diff them against the live ones."""
+        try:
+            return self._projections.verify(self.write_transaction, self._batch_size, progress)
+        except SQLAlchemyError as e:
+            raise self._translate(e) from e
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def _translate(self, error: SQLAlchemyError) -> StoreError:
+        typed = self._backend.translate(error)
+        if typed is not None:
+            return typed
+        detail = error.orig if isinstance(error, DBAPIError) else error
+        return StoreError(f"database error on {self.url}: {detail}")
+
+    def close(self) -> None:
+        """Release every connection."""
+        self._backend.engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_store(
+    url: str | None = None,
+    *,
+    read_only: bool = False,
+    auto_upgrade: bool = False,
+    durability: Durability = "normal",
+    projections: Mapping[str, Projection] | None = None,
+) -> Store:
+    """Open (creating at the head migration if new) the store at `url`.
+
+    url defaults to TRM_STORE_URL, then sqlite:///trm.db. A database at an older migration raises
+    SchemaVersionError naming `alembic upgrade head` unless auto_upgrade=True. read_only=True never
+    writes (SQLite `mode=ro`, PostgreSQL read-only transactions). `projections` defaults to every
+    registered projection (trm's domain read models and any the caller registered).
+    """
+    domain.load()
+    backend = create_backend(default_url(url), read_only=read_only, durability=durability)
+    store = Store(backend, registered_projections() if projections is None else projections)
+    try:
+        if read_only:
+            with backend.read_transaction() as conn:
+                ensure_schema(conn, auto_upgrade=False, writable=False)
+        else:
+            with backend.write_transaction() as conn:
+                ensure_schema(conn, auto_upgrade=auto_upgrade, writable=True)
+            store.recover()
+    except SQLAlchemyError as e:
+        store.close()
+        raise store._translate(e) from e
+    except BaseException:
+        store.close()
+        raise
+    return store
