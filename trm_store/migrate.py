@@ -45,6 +45,11 @@ def head_revision() -> str:
     return head
 
 
+def _known_revisions() -> set[str]:
+    script = ScriptDirectory.from_config(alembic_config())
+    return {revision.revision for revision in script.walk_revisions()}
+
+
 def ensure_schema(connection: Connection, *, auto_upgrade: bool, writable: bool) -> None:
     """Create a new database at head; upgrade or refuse one at an older revision.
 
@@ -55,6 +60,11 @@ def ensure_schema(connection: Connection, *, auto_upgrade: bool, writable: bool)
     head = head_revision()
     if current == head:
         return
+    if current is not None and current not in _known_revisions():
+        raise SchemaVersionError(
+            f"database is at revision {current}, newer than this trm knows (head {head}): "
+            "upgrade trm instead of the database"
+        )
     is_new = current is None and not inspect(connection).has_table("events")
     if current is None and not is_new:
         raise SchemaVersionError(f"database has trm tables but no schema version; {UPGRADE_HINT}")

@@ -18,6 +18,7 @@ from trm_store.errors import ReadOnlyStoreError, StoreError
 __all__ = ["PostgresBackend"]
 
 APPEND_LOCK_KEY = 0x74726D  # "trm"
+_READ_ONLY = "-c default_transaction_read_only=on"
 
 
 class PostgresBackend:
@@ -26,7 +27,12 @@ class PostgresBackend:
     def __init__(self, url: URL, *, read_only: bool) -> None:
         self.url = url
         self.read_only = read_only
-        connect_args = {"options": "-c default_transaction_read_only=on"} if read_only else {}
+        connect_args = {}
+        if read_only:
+            # Keep options given in the URL (e.g. a search_path) and add read-only transactions.
+            given = url.query.get("options", "")
+            options = " ".join([*(given if isinstance(given, tuple) else (given,)), _READ_ONLY])
+            connect_args["options"] = options.strip()
         self.engine: Engine = create_engine(url, connect_args=connect_args, pool_pre_ping=True)
 
     @contextmanager

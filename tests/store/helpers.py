@@ -1,0 +1,83 @@
+"""A small event type and projection the store tests drive the log with."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import Column, Connection, Integer, MetaData, String, Table, select
+
+from trm_store import NewEvent, Projection, RecordedEvent, register_event_type
+
+
+class Added(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    amount: int
+    note: str = ""
+
+
+register_event_type("test.added", Added)
+
+
+class Totals(Projection):
+    """Per stream: the sum of `amount` and how many events were added."""
+
+    name = "test_totals"
+    version = 1
+    event_types = frozenset({"test.added"})
+
+    def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
+        return {
+            "totals": Table(
+                f"test_totals{suffix}",
+                metadata,
+                Column("stream_id", String(255), primary_key=True),
+                Column("total", Integer, nullable=False),
+                Column("count", Integer, nullable=False),
+                Column("last_position", Integer, nullable=False),
+            )
+        }
+
+    def apply(
+        self, conn: Connection, tables: Mapping[str, Table], events: Sequence[RecordedEvent]
+    ) -> None:
+        table = tables["totals"]
+        for event in events:
+            row = conn.execute(
+                select(table.c.total, table.c.count).where(table.c.stream_id == event.stream_id)
+            ).first()
+            values = {
+                "total": (row.total if row else 0) + event.data["amount"],
+                "count": (row.count if row else 0) + 1,
+                "last_position": event.position,
+            }
+            if row is None:
+                conn.execute(table.insert().values(stream_id=event.stream_id, **values))
+            else:
+                conn.execute(
+                    table.update().where(table.c.stream_id == event.stream_id).values(**values)
+                )
+
+
+TOTALS = {"test_totals": Totals()}
+
+
+def added(amount: int, **kwargs: object) -> NewEvent:
+    return NewEvent("test.added", {"amount": amount}, **kwargs)  # type: ignore[arg-type]
+
+
+def totals(store: object) -> dict[str, tuple[int, int]]:
+    """stream_id -> (total, count) as the projection has it."""
+    with store.query("test_totals") as (conn, tables):  # type: ignore[attr-defined]
+        t = tables["totals"]
+        return {r.stream_id: (r.total, r.count) for r in conn.execute(select(t))}
+
+
+def replayed_totals(store: object) -> dict[str, tuple[int, int]]:
+    """The same figures computed straight from the log."""
+    result: dict[str, tuple[int, int]] = {}
+    for event in store.read_all():  # type: ignore[attr-defined]
+        if event.type == "test.added":
+            total, count = result.get(event.stream_id, (0, 0))
+            result[event.stream_id] = (total + event.data["amount"], count + 1)
+    return result

@@ -1,0 +1,190 @@
+"""Projection recovery: version changes, interrupted rebuilds, lagging checkpoints, read-only opens."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pytest
+from sqlalchemy import Column, Connection, Integer, MetaData, String, Table, select, text, update
+
+from tests.store.helpers import TOTALS, Totals, added, replayed_totals, totals
+from trm_store import (
+    Projection,
+    ReadOnlyStoreError,
+    RecordedEvent,
+    StaleProjectionError,
+    StoreError,
+    open_store,
+)
+from trm_store.schema import PROJECTION_STATE
+
+
+class TotalsV2(Totals):
+    """The same read model at a new version with a new column, as after an upgrade."""
+
+    version = 2
+
+    def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
+        return {
+            "totals": Table(
+                f"test_totals{suffix}",
+                metadata,
+                Column("stream_id", String(255), primary_key=True),
+                Column("total", Integer, nullable=False),
+                Column("count", Integer, nullable=False),
+                Column("last_position", Integer, nullable=False),
+                Column("doubled", Integer, nullable=False),
+            )
+        }
+
+    def apply(
+        self, conn: Connection, tables: Mapping[str, Table], events: Sequence[RecordedEvent]
+    ) -> None:
+        table = tables["totals"]
+        for event in events:
+            row = conn.execute(select(table).where(table.c.stream_id == event.stream_id)).first()
+            total = (row.total if row else 0) + event.data["amount"]
+            values = {
+                "total": total,
+                "count": (row.count if row else 0) + 1,
+                "last_position": event.position,
+                "doubled": 2 * total,
+            }
+            if row is None:
+                conn.execute(table.insert().values(stream_id=event.stream_id, **values))
+            else:
+                conn.execute(
+                    table.update().where(table.c.stream_id == event.stream_id).values(**values)
+                )
+
+
+def _state(url: str) -> dict[str, tuple[int, int, str]]:
+    with open_store(url, read_only=True, projections={}) as store, store._reading() as conn:
+        return {
+            r.name: (r.version, r.checkpoint, r.status)
+            for r in conn.execute(select(PROJECTION_STATE))
+        }
+
+
+def test_a_store_without_the_projection_leaves_it_behind_and_a_writable_open_catches_up(
+    store_url: str,
+) -> None:
+    with open_store(store_url, projections=TOTALS) as store:
+        store.append("a", [added(1)])
+    with open_store(store_url, projections={}) as bare:
+        bare.append("a", [added(2), added(3)])
+    assert _state(store_url)["test_totals"][1] == 1
+    with open_store(store_url, projections=TOTALS) as store:
+        assert totals(store) == {"a": (6, 3)}
+        assert _state(store_url)["test_totals"] == (1, 3, "ready")
+
+
+def test_a_changed_version_is_rebuilt_on_open(store_url: str) -> None:
+    with open_store(store_url, projections=TOTALS) as store:
+        store.append("a", [added(1), added(2)])
+    with open_store(store_url, projections={"test_totals": TotalsV2()}) as store:
+        assert _state(store_url)["test_totals"] == (2, 2, "ready")
+        with store.query("test_totals") as (conn, tables):
+            assert [tuple(r) for r in conn.execute(select(tables["totals"]))] == [("a", 3, 2, 2, 6)]
+        store.append("a", [added(4)])
+        assert store.verify_projections() == []
+
+
+def test_an_interrupted_rebuild_is_redone_on_the_next_writable_open(store_url: str) -> None:
+    with open_store(store_url, projections=TOTALS) as store:
+        store.append("a", [added(1), added(2)])
+        # What a rebuild killed mid-way leaves: the mark and a half-filled scratch table.
+        with store.write_transaction() as conn:
+            conn.execute(update(PROJECTION_STATE).values(status="rebuilding"))
+            scratch = Totals().define(MetaData(), "__rebuild")["totals"]
+            scratch.create(conn)
+            conn.execute(
+                scratch.insert().values(stream_id="a", total=999, count=1, last_position=1)
+            )
+    with open_store(store_url, projections=TOTALS) as store:
+        assert _state(store_url)["test_totals"] == (1, 2, "ready")
+        assert totals(store) == {"a": (3, 2)}
+        assert store.verify_projections() == []
+
+
+def test_rebuild_reproduces_the_live_tables_and_verify_finds_tampering(store_url: str) -> None:
+    with open_store(store_url, projections=TOTALS) as store:
+        for i in range(30):
+            store.append(f"s-{i % 4}", [added(i)])
+        before = totals(store)
+        assert store.rebuild_projections() == {"test_totals": 30}
+        assert totals(store) == before == replayed_totals(store)
+        with store.write_transaction() as conn:
+            conn.execute(text("UPDATE test_totals SET total = total + 1 WHERE stream_id = 's-1'"))
+        differences = store.verify_projections()
+        assert differences and all("test_totals.totals" in d for d in differences)
+        store.rebuild_projections(only=["test_totals"])
+        assert store.verify_projections() == []
+
+
+def test_rebuild_of_an_unknown_projection_is_refused(store_url: str) -> None:
+    with (
+        open_store(store_url, projections=TOTALS) as store,
+        pytest.raises(StoreError, match="unknown projection"),
+    ):
+        store.rebuild_projections(only=["nope"])
+
+
+def test_read_only_open_never_writes(store_url: str) -> None:
+    with open_store(store_url, projections=TOTALS) as store:
+        store.append("a", [added(1)])
+    with open_store(store_url, read_only=True, projections=TOTALS) as ro:
+        assert totals(ro) == {"a": (1, 1)}
+        with pytest.raises(ReadOnlyStoreError):
+            ro.append("a", [added(2)])
+        with pytest.raises(ReadOnlyStoreError):
+            ro.rebuild_projections()
+        with pytest.raises(ReadOnlyStoreError), ro.write_transaction():
+            pass
+        # Not even raw SQL on the store's own connections can write.
+        with pytest.raises(ReadOnlyStoreError), ro._reading() as conn:
+            conn.execute(
+                text("INSERT INTO projection_state VALUES ('x', 1, 0, 'ready', '2026-01-01')")
+            )
+    assert _state(store_url) == {"test_totals": (1, 1, "ready")}
+
+
+def test_read_only_open_of_a_stale_projection_names_the_replay_command(store_url: str) -> None:
+    with open_store(store_url, projections=TOTALS) as store:
+        store.append("a", [added(1)])
+    with open_store(store_url, projections={}) as bare:
+        bare.append("a", [added(2)])
+    with open_store(store_url, read_only=True, projections=TOTALS) as ro:
+        assert len(ro.read_stream("a")) == 2  # the log itself stays readable
+        with pytest.raises(StaleProjectionError, match="trm replay-projections"):
+            totals(ro)
+    assert _state(store_url)["test_totals"][1] == 1
+
+
+def test_read_only_open_of_a_missing_sqlite_file_is_a_clear_error(tmp_path: object) -> None:
+    with pytest.raises(StoreError, match="no SQLite store"):
+        open_store(f"sqlite:///{tmp_path}/missing.db", read_only=True)
+
+
+class _Exploding(Projection):
+    name = "exploding"
+    version = 1
+    event_types = frozenset({"test.added"})
+
+    def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
+        return {"t": Table(f"exploding{suffix}", metadata, Column("id", Integer, primary_key=True))}
+
+    def apply(
+        self, conn: Connection, tables: Mapping[str, Table], events: Sequence[RecordedEvent]
+    ) -> None:
+        if any(e.data["amount"] < 0 for e in events):
+            raise StoreError("negative amounts are refused by this read model")
+
+
+def test_a_projection_that_refuses_an_event_rolls_the_append_back(store_url: str) -> None:
+    with open_store(store_url, projections={**TOTALS, "exploding": _Exploding()}) as store:
+        store.append("a", [added(1)])
+        with pytest.raises(StoreError, match="negative"):
+            store.append("a", [added(5), added(-1)])
+        assert store.head_position() == 1
+        assert totals(store) == {"a": (1, 1)}

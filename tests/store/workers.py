@@ -1,0 +1,59 @@
+"""Child processes for the concurrency and crash tests: `python -m tests.store.workers MODE URL ...`."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from tests.store.helpers import TOTALS, added
+from trm_store import open_store
+
+
+def append_many(url: str, worker: int, count: int) -> None:
+    """Append `count` events, alternating between an own stream and a shared one."""
+    with open_store(url, projections=TOTALS) as store:
+        for i in range(count):
+            stream = "shared" if i % 2 else f"w{worker}"
+            store.append(stream, [added(i)])
+
+
+def follow(url: str, total: int, seconds: float) -> None:
+    """Follow the log by position while others write; print every position seen, in order."""
+    with open_store(url, read_only=True, projections={}) as store:
+        last, deadline = 0, time.monotonic() + seconds
+        while last < total and time.monotonic() < deadline:
+            for event in store.read_all(after_position=last, batch_size=50):
+                print(event.position, flush=True)
+                last = event.position
+
+
+def append_until_killed(url: str, rebuild_every: int) -> None:
+    """Append forever, printing each acknowledged (position, event_id); rebuild now and then."""
+    with open_store(url, projections=TOTALS) as store:
+        i = 0
+        while True:
+            i += 1
+            events = store.append(f"s-{i % 5}", [added(i), added(1)])
+            for event in events:
+                print(event.position, event.event_id, flush=True)
+            if i % rebuild_every == 0:
+                store.rebuild_projections()
+
+
+if __name__ == "__main__":
+    mode, url, *rest = sys.argv[1:]
+    if mode == "append":
+        append_many(url, int(rest[0]), int(rest[1]))
+    elif mode == "follow":
+        follow(url, int(rest[0]), float(rest[1]))
+    elif mode == "crash":
+        append_until_killed(url, int(rest[0]))
+    elif mode == "cli":  # the real `trm` CLI with the test projection registered
+        from tests.store.helpers import Totals
+        from trm_store import register_projection
+        from trm_store.cli import main
+
+        register_projection(Totals())
+        raise SystemExit(main([url, *rest]))
+    else:
+        raise SystemExit(f"unknown mode {mode}")
