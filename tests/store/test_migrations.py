@@ -1,4 +1,4 @@
-"""Schema versions: one head, models equal to migrations, old databases refused, wheel ships them."""
+"""Schema versions: one head, models == migrations, old databases refused, wheel ships them."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def test_a_database_newer_than_the_code_is_refused(sqlite_url: str) -> None:
 def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "junk.db"
     path.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(StoreError, match="not a trm store|corrupt"):
+    with pytest.raises(StoreError, match=r"not a trm store|corrupt"):
         open_store(f"sqlite:///{path}")
 
 

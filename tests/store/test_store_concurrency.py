@@ -1,4 +1,4 @@
-"""Several processes appending at once: no error, dense positions in commit order, contiguous streams."""
+"""Several processes appending at once: no error, dense positions in commit order."""
 
 from __future__ import annotations
 

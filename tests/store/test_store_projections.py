@@ -1,4 +1,4 @@
-"""Projection recovery: version changes, interrupted rebuilds, lagging checkpoints, read-only opens."""
+"""Projection recovery: version changes, interrupted rebuilds, lagging checkpoints, read-only."""
 
 from __future__ import annotations
 

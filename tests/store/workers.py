@@ -1,4 +1,4 @@
-"""Child processes for the concurrency and crash tests: `python -m tests.store.workers MODE URL ...`."""
+"""Child processes for the store tests: `python -m tests.store.workers MODE URL ...`."""
 
 from __future__ import annotations
 
