@@ -16,6 +16,7 @@ from trm_store import (
     EventValidationError,
     NewEvent,
     Store,
+    StoreError,
     open_store,
     register_event_type,
 )
@@ -229,3 +230,36 @@ def test_inline_projection_matches_a_replay(store: Store) -> None:
         store.append(f"s-{i % 3}", [added(i), added(1)])
     assert totals(store) == replayed_totals(store)
     assert store.verify_projections() == []
+
+
+class _Model(BaseModel):
+    x: int
+
+
+@pytest.mark.parametrize(
+    ("name", "model", "kwargs"),
+    [
+        ("", _Model, {}),
+        ("x" * 129, _Model, {}),
+        ("t", dict, {}),
+        ("t", _Model, {"schema_version": 0}),
+        ("t", _Model, {"schema_version": True}),
+        ("t", _Model, {"schema_version": 2}),  # a new schema version needs an upcaster
+    ],
+)
+def test_bad_event_type_registrations_are_refused(
+    name: str, model: type, kwargs: dict[str, object]
+) -> None:
+    with pytest.raises(EventValidationError):
+        register_event_type(name, model, **kwargs)  # type: ignore[arg-type]
+
+
+def test_bad_durability_is_refused(sqlite_url: str) -> None:
+    with pytest.raises(StoreError, match="durability"):
+        open_store(sqlite_url, durability="sometimes")  # type: ignore[arg-type]
+
+
+def test_full_durability_store_round_trips(sqlite_url: str) -> None:
+    with open_store(sqlite_url, durability="full", projections=TOTALS) as store:
+        store.append("s", [added(1)])
+        assert totals(store) == {"s": (1, 1)}
