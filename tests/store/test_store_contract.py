@@ -259,7 +259,12 @@ def test_bad_durability_is_refused(sqlite_url: str) -> None:
         open_store(sqlite_url, durability="sometimes")  # type: ignore[arg-type]
 
 
-def test_full_durability_store_round_trips(sqlite_url: str) -> None:
-    with open_store(sqlite_url, durability="full", projections=TOTALS) as store:
+@pytest.mark.parametrize(("durability", "synchronous"), [("normal", 1), ("full", 2)])
+def test_durability_sets_sqlite_synchronous(
+    sqlite_url: str, durability: str, synchronous: int
+) -> None:
+    with open_store(sqlite_url, durability=durability, projections=TOTALS) as store:  # type: ignore[arg-type]
         store.append("s", [added(1)])
-        assert totals(store) == {"s": (1, 1)}
+        with store._reading() as conn:
+            assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == synchronous
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
