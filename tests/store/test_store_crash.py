@@ -32,12 +32,14 @@ def _run_and_kill(url: str, rng: random.Random) -> dict[int, str]:
     acknowledged: dict[int, str] = {}
     # Wait until it is writing, then kill it after a random extra delay (mid-append or mid-rebuild).
     line = child.stdout.readline()
+    assert line, child.stderr.read() if child.stderr else "writer exited early"
     time.sleep(rng.uniform(0.0, 0.3))
     child.send_signal(signal.SIGKILL)
     rest, err = child.communicate(timeout=30)
     assert child.returncode == -signal.SIGKILL, err
-    for entry in [line, *rest.splitlines()]:
-        if entry.strip():
+    # Only a complete line is an acknowledgement: the kill may land in the middle of printing one.
+    for entry in (line + rest).splitlines(keepends=True):
+        if entry.endswith("\n"):
             position, event_id = entry.split()
             acknowledged[int(position)] = event_id
     return acknowledged
