@@ -316,10 +316,16 @@ class Store:
         return applied
 
     def rebuild_projections(
-        self, only: Collection[str] | None = None, *, progress: Progress | None = None
+        self, only: str | Collection[str] | None = None, *, progress: Progress | None = None
     ) -> dict[str, int]:
-        """Rebuild projections (all, or `only` these names) from the log; name -> events applied."""
-        names = list(self._projections.projections) if only is None else list(only)
+        """Rebuild projections (all, or `only` this name / these names) from the log.
+
+        Returns name -> events applied.
+        """
+        if only is None:
+            names = list(self._projections.projections)
+        else:
+            names = [only] if isinstance(only, str) else list(only)
         require_known(self._projections.projections, names)
         try:
             return self._projections.rebuild(
