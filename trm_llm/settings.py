@@ -1,0 +1,179 @@
+"""trm_llm's settings, read from the environment and `.env`, checked once at start-up.
+
+Each field is read from the upper-case variable of the same name (`llm_model` from `LLM_MODEL`);
+`.env.example` documents them all. Bad values fail here, when the harness starts, with the
+variable's name in the message (`LLMSettingsError`, which never echoes a value: the API key is a
+`SecretStr` in the settings and must not leak through an error report either), rather than hours
+later in a loop. Unknown `LLM_*` / `REDIS_*` names (a typo such as `REDIS_CACHE_TTLL` would
+otherwise fall back to the default silently) are refused; other variables in a shared `.env`
+are ignored, which is why this is not a blanket `extra="forbid"`. Nothing is built here:
+`LLMSettings()` is called by the harness's bootstrap.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    AliasGenerator,
+    Field,
+    RedisDsn,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from trm_llm.cache import check_namespace
+from trm_llm.sse import PROFILES
+
+__all__ = ["CacheTTLError", "LLMSettings", "LLMSettingsError", "resolve_cache_ttl"]
+
+_OWN_PREFIXES = ("llm_", "redis_")
+
+
+class CacheTTLError(ValueError):
+    """The cache TTL is not a positive integer number of seconds."""
+
+
+class LLMSettingsError(ValueError):
+    """Settings refused at start-up; the message names each bad variable, never echoes a value."""
+
+
+def resolve_cache_ttl(ttl: object) -> int:
+    """Return `ttl` if it is a positive int; refuse 0 ("never expire" is not a TTL), bool, etc."""
+    if isinstance(ttl, bool) or not isinstance(ttl, int):
+        raise CacheTTLError(
+            f"REDIS_CACHE_TTL must be a positive integer number of seconds, got {ttl!r}"
+        )
+    if ttl <= 0:
+        raise CacheTTLError(
+            f"REDIS_CACHE_TTL must be a positive integer number of seconds, got {ttl}; "
+            "0 does not mean 'never expire': pick a TTL at least as long as a training run "
+            "(e.g. 86400)"
+        )
+    return ttl
+
+
+class LLMSettings(BaseSettings):
+    """Where the LLM is, how the response cache is kept, and the retry and breaker knobs."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env",
+        env_file_encoding="utf-8",
+        env_ignore_empty=True,
+        extra="ignore",
+        alias_generator=AliasGenerator(validation_alias=str.upper),
+        validate_by_name=True,
+        validate_by_alias=True,
+        frozen=True,
+        hide_input_in_errors=True,
+    )
+
+    llm_base_url: str
+    llm_model: str
+    llm_api_key: SecretStr | None = None
+    llm_profile: str = "strict"
+    llm_source: str | None = None
+    llm_first_token_timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    llm_inter_token_timeout_s: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+
+    llm_cache_backend: Literal["sqlite", "redis", "off"] = "sqlite"
+    llm_cache_sqlite_path: Path = Path("trm_llm_cache.db")
+    llm_cache_namespace: str = "trm:llm"
+    llm_cache_length: bool = False
+    redis_url: RedisDsn | None = None
+    redis_cache_ttl: int = 86400
+
+    llm_max_attempts: int = Field(default=4, ge=1, le=100)
+    llm_base_delay_s: float = Field(default=0.5, ge=0, allow_inf_nan=False)
+    llm_max_delay_s: float = Field(default=20.0, ge=0, allow_inf_nan=False)
+    llm_deadline_s: float = Field(default=120.0, gt=0, allow_inf_nan=False)
+    llm_retry_after_cap_s: float = Field(default=60.0, ge=0, allow_inf_nan=False)
+
+    llm_breaker_fail_threshold: int = Field(default=5, ge=1)
+    llm_breaker_cooldown_s: float = Field(default=30.0, ge=0, allow_inf_nan=False)
+    llm_breaker_probe_timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    llm_breaker_shared: bool = False
+
+    def __init__(self, **values: Any) -> None:
+        """Validate; on failure raise `LLMSettingsError` carrying no raw input (the API key)."""
+        problem: str | None = None
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:  # its .errors() would carry every raw input, the key too
+            problem = str(exc)  # hide_input_in_errors: names and messages only
+        if problem is not None:
+            raise LLMSettingsError(problem)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unknown_own_names(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            known = set(cls.model_fields)
+            unknown = sorted(
+                str(name).upper()
+                for name in data
+                if str(name).lower().startswith(_OWN_PREFIXES) and str(name).lower() not in known
+            )
+            if unknown:
+                raise ValueError(f"unknown setting(s) {', '.join(unknown)}; see .env.example")
+        return data
+
+    @field_validator("llm_base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"LLM_BASE_URL must be an http(s) URL with a host, got {value!r}")
+        return value.strip().rstrip("/")
+
+    @field_validator("llm_model", "llm_source")
+    @classmethod
+    def _not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("must not be blank")
+        return None if value is None else value.strip()
+
+    @field_validator("llm_profile")
+    @classmethod
+    def _known_profile(cls, value: str) -> str:
+        if value not in PROFILES:
+            raise ValueError(f"LLM_PROFILE must be one of {sorted(PROFILES)}, got {value!r}")
+        return value
+
+    @field_validator("llm_cache_namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        try:
+            return check_namespace(value)
+        except ValueError as exc:
+            raise ValueError(f"LLM_CACHE_NAMESPACE: {exc}") from None
+
+    @field_validator("llm_cache_sqlite_path")
+    @classmethod
+    def _not_a_directory(cls, value: Path) -> Path:
+        if value.is_dir():
+            raise ValueError(f"LLM_CACHE_SQLITE_PATH {str(value)!r} is a directory, not a file")
+        return value
+
+    @field_validator("redis_cache_ttl", mode="before")
+    @classmethod
+    def _positive_ttl(cls, value: object) -> int:
+        if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
+            value = int(value)
+        return resolve_cache_ttl(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LLMSettings:
+        if self.llm_cache_backend == "redis" and self.redis_url is None:
+            raise ValueError("LLM_CACHE_BACKEND=redis needs REDIS_URL")
+        if self.llm_breaker_shared and self.redis_url is None:
+            raise ValueError("LLM_BREAKER_SHARED=true needs REDIS_URL")
+        if self.llm_base_delay_s > self.llm_max_delay_s:
+            raise ValueError("LLM_BASE_DELAY_S must not exceed LLM_MAX_DELAY_S")
+        return self
