@@ -1,0 +1,47 @@
+"""The trm_gate exception tree.
+
+```
+GateError                       base of every error trm_gate raises on purpose
+├── GateInputError (ValueError) bad input: parameters, pool, grid, NaN, malformed results;
+│   │                           raised before anything is evaluated or written
+│   └── UnknownStopReasonError  a stop_reason outside the closed set (`STOP_REASONS`)
+├── ArmResultError              an arm's `evaluate` returned results that do not match the
+│                               units it was asked for (missing, extra or foreign units)
+└── GateStateError              the gate was driven wrongly: a step after the verdict, or a
+                                gate id that already has events
+```
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ArmResultError",
+    "GateError",
+    "GateInputError",
+    "GateStateError",
+    "UnknownStopReasonError",
+]
+
+
+class GateError(Exception):
+    """Base class: catch this to handle every failure trm_gate reports."""
+
+
+class GateInputError(GateError, ValueError):
+    """An argument or a result is invalid; nothing was evaluated or written because of it."""
+
+
+class UnknownStopReasonError(GateInputError):
+    """A stop_reason trm_gate does not know; guessing could score INFRA as a model failure."""
+
+    def __init__(self, stop_reason: object, known: frozenset[str]) -> None:
+        self.stop_reason = stop_reason
+        super().__init__(f"unknown stop_reason {stop_reason!r}; known: {', '.join(sorted(known))}")
+
+
+class ArmResultError(GateError):
+    """An arm's evaluate() answered for other units than it was asked for."""
+
+
+class GateStateError(GateError):
+    """The gate was driven out of order (stepped after its verdict, or its id reused)."""

@@ -1,0 +1,297 @@
+"""`Gate.run`: the block loop around the pure step, with the baseline cache and the event log.
+
+Per block: look up the baseline cache; evaluate the baseline's misses and the candidate
+concurrently; fold and pair; step (the INFRA guard runs inside); only then, and only if the
+guard did not trip, cache the block's non-INFRA baseline outcomes; record `gate.block_evaluated`
+(with `gate.decided`, in the same append, when the gate ends).
+
+Failure semantics: bad arguments raise GateInputError before anything is written; a gate id
+with events already raises GateStateError; an exception from an arm's `evaluate` (or
+ArmResultError for answers to the wrong units) propagates with nothing cached or recorded for
+that block, leaving the gate `running` in the `gates` table with its earlier blocks on record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from trm_gate._checks import check_count
+from trm_gate.config import GateConfig
+from trm_gate.errors import ArmResultError, GateInputError, GateStateError
+from trm_gate.pairing import BlockPairing, pair_block
+from trm_gate.results import QuestionResult, UnitOutcome, fold_unit, fold_units
+from trm_gate.step import Decision, GateState, Verdict, step
+from trm_store import ConcurrencyError, NewEvent, Store
+from trm_store.domain.baseline import BaselineCache, BaselineOutcome
+from trm_store.domain.gates import BLOCK_EVALUATED, DECIDED, STARTED, gate_stream
+
+__all__ = ["Arm", "Evaluate", "Gate", "GateResult"]
+
+Evaluate = Callable[[Sequence[str]], Awaitable[Sequence[QuestionResult]]]
+"""Evaluates an arm on some units: every question of every unit asked, nothing else."""
+
+_ID_MAX = 200  # `baseline:{snapshot}` and `gate:{id}` must fit the log's 255-character stream ids
+_UNIT_ID_MAX = 200  # the baseline cache's limit on ids
+_SEED_LIMIT = 2**63
+
+
+def _check_name(name: str, value: object, limit: int = _ID_MAX) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > limit:
+        raise GateInputError(f"{name} must be a non-blank string of at most {limit} characters")
+    if not value.isprintable():
+        raise GateInputError(f"{name} {value!r} contains control characters")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Arm:
+    """One side of the gate. `snapshot` names everything that determines an outcome (prompts and
+    skills versions, model, decoding params, grader version): it keys the baseline cache."""
+
+    snapshot: str
+    evaluate: Evaluate
+
+    def __post_init__(self) -> None:
+        _check_name("snapshot", self.snapshot)
+        if not callable(self.evaluate):
+            raise GateInputError("evaluate must be an async callable (unit_ids) -> results")
+
+
+@dataclass(frozen=True, slots=True)
+class GateResult:
+    """The gate's outcome. e_value / futility_e_value are E+ and E- when it stopped."""
+
+    verdict: Verdict
+    wins: int
+    losses: int
+    ties: int
+    infra_units_baseline: int
+    infra_units_candidate: int
+    e_value: float
+    futility_e_value: float
+    units_evaluated: int
+    baseline_cache_hits: int
+    gate_id: str
+    seed: int
+    reason: str
+    blocks: int
+
+
+class Gate:
+    """An anytime-valid block-sequential gate of a candidate against a baseline (SPEC §3)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        alpha: float = 0.05,
+        beta: float = 0.2,
+        p1: float = 0.6,
+        block_size: int = 20,
+        max_pairs: int | None = None,
+        infra_max_rate: float = 0.2,
+        infra_min_units: int = 10,
+    ) -> None:
+        self._store = store
+        self._cache = BaselineCache(store)
+        self.config = GateConfig(
+            alpha=alpha,
+            beta=beta,
+            p1=p1,
+            block_size=block_size,
+            max_pairs=max_pairs,
+            infra_max_rate=infra_max_rate,
+            infra_min_units=infra_min_units,
+        )
+
+    async def run(
+        self,
+        gate_id: str,
+        unit_ids: Sequence[str],
+        *,
+        baseline: Arm,
+        candidate: Arm,
+        seed: int | None = None,
+    ) -> GateResult:
+        """Run the gate over `unit_ids` (shuffled with `seed`, random if None; it is recorded)."""
+        _check_name("gate_id", gate_id)
+        pool = _check_pool(unit_ids)
+        for name, arm in (("baseline", baseline), ("candidate", candidate)):
+            if not isinstance(arm, Arm):
+                raise GateInputError(f"{name} must be an Arm, got {type(arm).__name__}")
+        if seed is None:
+            seed = secrets.randbits(32)
+        elif check_count("seed", seed) >= _SEED_LIMIT:
+            raise GateInputError(f"seed must be < 2**63, got {seed}")
+        order = list(pool)
+        random.Random(seed).shuffle(order)
+        stream = gate_stream(gate_id)
+        started = {
+            "baseline_snapshot": baseline.snapshot,
+            "candidate_snapshot": candidate.snapshot,
+            "seed": seed,
+            "pool_size": len(order),
+            "config": self.config.to_record(),
+        }
+        try:
+            self._store.append(stream, [NewEvent(STARTED, started)], expected_version=0)
+        except ConcurrencyError as e:
+            raise GateStateError(f"gate {gate_id!r} has events already; use a new id") from e
+        state = GateState(self.config)
+        size = self.config.block_size
+        blocks = [order[i : i + size] for i in range(0, len(order), size)]
+        for index, block_ids in enumerate(blocks, start=1):
+            state, decision = await self._block(
+                stream, index, block_ids, baseline, candidate, state, final=index == len(blocks)
+            )
+            if decision.final:
+                break
+        return _result(state, gate_id, seed)
+
+    async def _block(
+        self,
+        stream: str,
+        index: int,
+        block_ids: list[str],
+        baseline: Arm,
+        candidate: Arm,
+        state: GateState,
+        *,
+        final: bool,
+    ) -> tuple[GateState, Decision]:
+        hits = {
+            u: _from_cache(o) for u in block_ids if (o := self._cache.get(baseline.snapshot, u))
+        }
+        misses = [u for u in block_ids if u not in hits]
+        base_results, cand_results = await _both(
+            _evaluate(baseline, misses), _evaluate(candidate, block_ids)
+        )
+        base = {**hits, **fold_units(base_results, misses)}
+        cand = fold_units(cand_results, block_ids)
+        pairing = pair_block(base, cand, cached=hits.keys())
+        state, decision = step(state, pairing, final=final)
+        if decision.verdict != "infra_abort":  # the guard runs before anything is cached
+            for u in misses:
+                if not base[u].infra:
+                    self._cache.put(baseline.snapshot, u, base[u])
+        events = [
+            NewEvent(
+                BLOCK_EVALUATED, _block_data(index, block_ids, base, cand, pairing, state, decision)
+            )
+        ]
+        if decision.final:
+            events.append(NewEvent(DECIDED, _decided_data(state)))
+        self._store.append(stream, events)
+        return state, decision
+
+
+def _check_pool(unit_ids: Sequence[str]) -> list[str]:
+    if isinstance(unit_ids, str) or not isinstance(unit_ids, Iterable):
+        raise GateInputError("unit_ids must be a sequence of unit id strings")
+    pool = [_check_name("unit id", u, _UNIT_ID_MAX) for u in unit_ids]
+    if not pool:
+        raise GateInputError("the unit pool is empty")
+    if len(set(pool)) != len(pool):
+        dupes = sorted(u for u, n in Counter(pool).items() if n > 1)
+        raise GateInputError(f"unit ids appear more than once: {dupes[:10]}")
+    return pool
+
+
+async def _both(
+    first: Awaitable[Sequence[QuestionResult]], second: Awaitable[Sequence[QuestionResult]]
+) -> tuple[Sequence[QuestionResult], Sequence[QuestionResult]]:
+    """Await both arms concurrently; if one fails, cancel the other and raise the failure
+    itself (not an ExceptionGroup, so callers can catch e.g. trm_llm's errors directly)."""
+    tasks = [asyncio.ensure_future(first), asyncio.ensure_future(second)]
+    try:
+        a, b = await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    return a, b
+
+
+async def _evaluate(arm: Arm, unit_ids: list[str]) -> Sequence[QuestionResult]:
+    if not unit_ids:
+        return []
+    results = await arm.evaluate(list(unit_ids))
+    if isinstance(results, str) or not isinstance(results, Iterable):
+        raise ArmResultError(
+            f"evaluate of {arm.snapshot!r} returned {type(results).__name__}, not results"
+        )
+    return list(results)
+
+
+def _from_cache(outcome: BaselineOutcome) -> UnitOutcome:
+    return fold_unit(
+        QuestionResult(q.question_id, outcome.unit_id, q.correct, q.stop_reason)
+        for q in outcome.results
+    )
+
+
+def _block_data(
+    index: int,
+    block_ids: list[str],
+    base: dict[str, UnitOutcome],
+    cand: dict[str, UnitOutcome],
+    pairing: BlockPairing,
+    state: GateState,
+    decision: Decision,
+) -> dict[str, object]:
+    return {
+        "block": index,
+        "unit_ids": block_ids,
+        "wins": pairing.wins,
+        "losses": pairing.losses,
+        "ties": pairing.ties,
+        "infra_baseline": [u for u in block_ids if base[u].infra],
+        "infra_candidate": [u for u in block_ids if cand[u].infra],
+        "baseline_cache_hits": pairing.baseline_cache_hits,
+        "log_e_value": state.log_e_value,
+        "log_futility_e_value": state.log_futility_e_value,
+        "decision": decision.verdict,
+    }
+
+
+def _decided_data(state: GateState) -> dict[str, object]:
+    return {
+        "verdict": state.verdict,
+        "reason": state.reason[:1000],
+        "blocks": state.blocks,
+        "units_evaluated": state.units,
+        "wins": state.wins,
+        "losses": state.losses,
+        "ties": state.ties,
+        "infra_units_baseline": state.infra_baseline,
+        "infra_units_candidate": state.infra_candidate,
+        "baseline_cache_hits": state.baseline_cache_hits,
+        "log_e_value": state.log_e_value,
+        "log_futility_e_value": state.log_futility_e_value,
+    }
+
+
+def _result(state: GateState, gate_id: str, seed: int) -> GateResult:
+    assert state.verdict is not None, "the last block is final, so the state has a verdict"
+    return GateResult(
+        verdict=state.verdict,
+        wins=state.wins,
+        losses=state.losses,
+        ties=state.ties,
+        infra_units_baseline=state.infra_baseline,
+        infra_units_candidate=state.infra_candidate,
+        e_value=state.e_value,
+        futility_e_value=state.futility_e_value,
+        units_evaluated=state.units,
+        baseline_cache_hits=state.baseline_cache_hits,
+        gate_id=gate_id,
+        seed=seed,
+        reason=state.reason,
+        blocks=state.blocks,
+    )

@@ -1,0 +1,198 @@
+"""Question results and their fold into unit outcomes.
+
+The stop_reason set is closed on purpose: an unknown reason is an error, because silently
+treating, say, a new provider failure code as a normal answer would score infrastructure as a
+model failure and could freeze it into the baseline cache.
+
+| stop_reason      | meaning                                                    | INFRA |
+|------------------|------------------------------------------------------------|-------|
+| `stop`           | the model finished its answer                              | no    |
+| `length`         | the answer hit the token limit (the model's own failure)   | no    |
+| `content_filter` | the provider filtered the answer (a property of the model) | no    |
+| `tool_calls`     | the model ended its turn with tool calls                   | no    |
+| `error`          | the call failed for good (retries exhausted, fatal error)  | yes   |
+| `parse_error`    | the harness could not parse or grade the reply             | yes   |
+
+A non-INFRA result must carry `correct` True or False; an INFRA result's `correct` is ignored
+(usually None: there was no gradable answer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trm_gate.errors import ArmResultError, GateInputError, UnknownStopReasonError
+
+__all__ = [
+    "INFRA_STOP_REASONS",
+    "STOP_REASONS",
+    "QuestionResult",
+    "UnitOutcome",
+    "fold_unit",
+    "fold_units",
+]
+
+INFRA_STOP_REASONS: frozenset[str] = frozenset({"error", "parse_error"})
+STOP_REASONS: frozenset[str] = INFRA_STOP_REASONS | {
+    "stop",
+    "length",
+    "content_filter",
+    "tool_calls",
+}
+
+
+_ID_MAX = 255  # what the store's event models accept for question and unit ids
+
+
+def _check_id(name: str, value: object) -> str:
+    if not isinstance(value, str) or not value or len(value) > _ID_MAX:
+        raise GateInputError(
+            f"{name} must be a string of 1..{_ID_MAX} characters, got {value!r:.80}"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class QuestionResult:
+    """One graded (or failed) question of one unit, for one arm."""
+
+    question_id: str
+    unit_id: str
+    correct: bool | None
+    stop_reason: str
+
+    def __post_init__(self) -> None:
+        _check_id("question_id", self.question_id)
+        _check_id("unit_id", self.unit_id)
+        if self.stop_reason not in STOP_REASONS:
+            raise UnknownStopReasonError(self.stop_reason, STOP_REASONS)
+        if self.correct is not None and not isinstance(self.correct, bool):
+            raise GateInputError(f"correct must be True, False or None, got {self.correct!r}")
+        if self.correct is None and not self.infra:
+            raise GateInputError(
+                f"question {self.question_id!r} ended with {self.stop_reason!r} but has no "
+                "correct verdict; only INFRA results (error, parse_error) may leave it None"
+            )
+
+    @property
+    def infra(self) -> bool:
+        """True when the question failed for infrastructure reasons, not the model's."""
+        return self.stop_reason in INFRA_STOP_REASONS
+
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-ready dict (for the baseline cache and events)."""
+        return {
+            "question_id": self.question_id,
+            "unit_id": self.unit_id,
+            "correct": self.correct,
+            "stop_reason": self.stop_reason,
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> QuestionResult:
+        """Inverse of `to_record`; validates like the constructor."""
+        try:
+            return cls(
+                question_id=record["question_id"],
+                unit_id=record["unit_id"],
+                correct=record["correct"],
+                stop_reason=record["stop_reason"],
+            )
+        except KeyError as e:
+            raise GateInputError(f"question record lacks {e.args[0]!r}") from e
+
+
+@dataclass(frozen=True, slots=True)
+class UnitOutcome:
+    """A unit's questions folded for one arm: score = mean correctness, or INFRA.
+
+    Build it with `fold_unit`. It carries every question result, so it can be cached and
+    re-folded; `score` is None for an INFRA unit (it takes no part in pairing).
+    """
+
+    unit_id: str
+    results: tuple[QuestionResult, ...]
+    infra: bool = field(init=False)
+    score: float | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        _check_id("unit_id", self.unit_id)
+        if not self.results:
+            raise GateInputError(f"unit {self.unit_id!r} has no question results")
+        seen: set[str] = set()
+        for r in self.results:
+            if not isinstance(r, QuestionResult):
+                raise GateInputError(f"expected QuestionResult, got {type(r).__name__}")
+            if r.unit_id != self.unit_id:
+                raise GateInputError(
+                    f"question {r.question_id!r} belongs to unit {r.unit_id!r}, "
+                    f"not {self.unit_id!r}"
+                )
+            if r.question_id in seen:
+                raise GateInputError(f"question {r.question_id!r} appears twice in a unit")
+            seen.add(r.question_id)
+        infra = any(r.infra for r in self.results)
+        object.__setattr__(self, "infra", infra)
+        score = None if infra else sum(1 for r in self.results if r.correct) / len(seen)
+        object.__setattr__(self, "score", score)
+
+    @property
+    def n_questions(self) -> int:
+        """How many questions the unit holds."""
+        return len(self.results)
+
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-ready dict; `from_record` re-folds the questions, so it cannot drift."""
+        return {
+            "unit_id": self.unit_id,
+            "score": self.score,
+            "infra": self.infra,
+            "n_questions": self.n_questions,
+            "results": [r.to_record() for r in self.results],
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> UnitOutcome:
+        """Rebuild from `to_record` output (score and infra are recomputed, not trusted)."""
+        try:
+            raw = record["results"]
+        except KeyError as e:
+            raise GateInputError("unit record lacks 'results'") from e
+        if not isinstance(raw, Sequence) or isinstance(raw, str):
+            raise GateInputError("unit record 'results' must be a list")
+        return fold_unit(QuestionResult.from_record(r) for r in raw)
+
+
+def fold_unit(results: Iterable[QuestionResult]) -> UnitOutcome:
+    """Fold one unit's question results; any INFRA question makes the whole unit INFRA."""
+    results = tuple(results)
+    if not results:
+        raise GateInputError("cannot fold a unit with no question results")
+    return UnitOutcome(unit_id=results[0].unit_id, results=results)
+
+
+def fold_units(
+    results: Iterable[QuestionResult], unit_ids: Sequence[str]
+) -> dict[str, UnitOutcome]:
+    """Group an arm's results by unit and fold each; every asked unit must be answered.
+
+    Raises ArmResultError when a unit is missing or a result names a unit not asked for:
+    a silently missing unit would shrink the sample without anyone noticing.
+    """
+    asked = set(unit_ids)
+    grouped: dict[str, list[QuestionResult]] = {u: [] for u in unit_ids}
+    for r in results:
+        if not isinstance(r, QuestionResult):
+            raise ArmResultError(f"evaluate returned {type(r).__name__}, not QuestionResult")
+        if r.unit_id not in asked:
+            raise ArmResultError(f"evaluate returned a result for unit {r.unit_id!r}, not asked")
+        grouped[r.unit_id].append(r)
+    missing = sorted(u for u, rs in grouped.items() if not rs)
+    if missing:
+        raise ArmResultError(f"evaluate returned no result for unit(s) {missing}")
+    try:
+        return {u: fold_unit(rs) for u, rs in grouped.items()}
+    except GateInputError as e:
+        raise ArmResultError(f"evaluate returned inconsistent results: {e}") from e

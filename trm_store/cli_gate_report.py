@@ -1,0 +1,200 @@
+"""`trm gate-report GATE_ID`: a gate's blocks and e-value path, read from its `gate:{id}` stream.
+
+The report is a derived view of the gate's events alone, and the store is opened read-only, so a
+report never writes and works on a store whose projections are stale. `--json` prints the same
+content as JSON; `--plot FILE.png` draws the e-value path with matplotlib (the optional `plot`
+extra, imported only when asked for).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from trm_store.domain.gates import BLOCK_EVALUATED, DECIDED, STARTED, UnknownGateError, gate_stream
+from trm_store.store import Store, open_store
+
+__all__ = ["add_parser", "gate_report", "load_report", "run"]
+
+_BAR = 24  # characters of the e-value path bars
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "gate-report",
+        help="show a gate's blocks, W/L, INFRA, cache hits and e-value path",
+        description="Show one gate (from its gate:{id} events): parameters, one row per block "
+        "(units, W/L/ties, INFRA units per arm, baseline cache hits, E+ and E-, decision), the "
+        "e-value path against the 1/alpha and 1/beta thresholds, and the verdict.",
+    )
+    parser.add_argument("gate_id", metavar="GATE_ID")
+    parser.add_argument("--db", help="store URL (default: $TRM_STORE_URL, then sqlite:///trm.db)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--plot", metavar="FILE.png", help="also draw the e-value path to a PNG")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    with open_store(args.db, read_only=True) as store:
+        return gate_report(store, args.gate_id, as_json=args.json, plot=args.plot)
+
+
+def _e(log_value: float) -> float | None:
+    """exp(log_value), None if it overflows a float (never in practice: gates stop at 1/alpha)."""
+    try:
+        return math.exp(log_value)
+    except OverflowError:
+        return None
+
+
+def load_report(store: Store, gate_id: str) -> dict[str, Any]:
+    """The report's content: the `started` parameters, one entry per block, the verdict."""
+    events = store.read_stream(gate_stream(gate_id))
+    if not events or events[0].type != STARTED:
+        raise UnknownGateError(f"no gate {gate_id!r} was started")
+    report: dict[str, Any] = {"gate_id": gate_id, **events[0].data, "started_at": None}
+    report["started_at"] = events[0].recorded_at.isoformat()
+    blocks, wins, losses = [], 0, 0
+    for event in events:
+        if event.type != BLOCK_EVALUATED:
+            continue
+        d = event.data
+        wins, losses = wins + d["wins"], losses + d["losses"]
+        blocks.append(
+            {
+                "block": d["block"],
+                "units": len(d["unit_ids"]),
+                "wins": d["wins"],
+                "losses": d["losses"],
+                "ties": d["ties"],
+                "infra_baseline": len(d["infra_baseline"]),
+                "infra_candidate": len(d["infra_candidate"]),
+                "baseline_cache_hits": d["baseline_cache_hits"],
+                "total_wins": wins,
+                "total_losses": losses,
+                "e_value": _e(d["log_e_value"]),
+                "futility_e_value": _e(d["log_futility_e_value"]),
+                "log_e_value": d["log_e_value"],
+                "log_futility_e_value": d["log_futility_e_value"],
+                "decision": d["decision"],
+            }
+        )
+    report["blocks"] = blocks
+    decided = next((e for e in events if e.type == DECIDED), None)
+    report["status"] = "running" if decided is None else "decided"
+    report["decision"] = None if decided is None else dict(decided.data)
+    return report
+
+
+def gate_report(
+    store: Store, gate_id: str, *, as_json: bool = False, plot: str | None = None
+) -> int:
+    """Print the report for `gate_id` (and draw it to `plot`); the exit code (0, or 2 if the
+    plot was asked for and matplotlib is missing)."""
+    report = load_report(store, gate_id)
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        # Piped output gets a fixed width wide enough for the block table, not rich's 80.
+        _print(Console(width=None if sys.stdout.isatty() else 120), report)
+    if plot is not None:
+        try:
+            _plot(report, Path(plot))
+        except ImportError:
+            print(
+                "trm: --plot needs matplotlib: pip install 'trm[plot]' (or matplotlib)",
+                file=sys.stderr,
+            )
+            return 2
+    return 0
+
+
+def _bar(log_value: float, log_threshold: float) -> str:
+    filled = round(_BAR * min(1.0, max(0.0, log_value / log_threshold)))
+    return "█" * filled + "·" * (_BAR - filled)
+
+
+def _fmt(e_value: float | None) -> str:
+    return "inf" if e_value is None else f"{e_value:.3g}"
+
+
+def _print(console: Console, report: dict[str, Any]) -> None:
+    config = report["config"]
+    log_a, log_b = -math.log(config["alpha"]), -math.log(config["beta"])
+    console.print(
+        f"[bold]gate {report['gate_id']}[/]  baseline [cyan]{report['baseline_snapshot']}[/] vs "
+        f"candidate [cyan]{report['candidate_snapshot']}[/]  pool {report['pool_size']} units, "
+        f"seed {report['seed']}"
+    )
+    console.print(
+        "alpha {alpha}  beta {beta}  p1 {p1}  block {block_size}  max_pairs {max_pairs}  "
+        "infra_max_rate {infra_max_rate}  infra_min_units {infra_min_units}".format(**config)
+    )
+    table = Table(title="blocks")
+    for name in ("block", "units", "W", "L", "ties", "INFRA b", "INFRA c", "cache", "ΣW-ΣL"):
+        table.add_column(name, justify="right")
+    for name in ("E+", "E-", "decision"):
+        table.add_column(name)
+    for b in report["blocks"]:
+        table.add_row(
+            *(str(b[k]) for k in ("block", "units", "wins", "losses", "ties")),
+            *(str(b[k]) for k in ("infra_baseline", "infra_candidate", "baseline_cache_hits")),
+            f"{b['total_wins']}-{b['total_losses']}",
+            _fmt(b["e_value"]),
+            _fmt(b["futility_e_value"]),
+            b["decision"],
+        )
+    console.print(table)
+    path = Table(title="e-value path: share of the log-distance to each threshold", box=None)
+    path.add_column("block", justify="right")
+    path.add_column(f"E+ -> 1/alpha = {1 / config['alpha']:g}")
+    path.add_column(f"E- -> 1/beta = {1 / config['beta']:g}")
+    for b in report["blocks"]:
+        path.add_row(
+            str(b["block"]),
+            _bar(b["log_e_value"], log_a),
+            _bar(b["log_futility_e_value"], log_b),
+        )
+    console.print(path)
+    decision = report["decision"]
+    if decision is None:
+        console.print("[yellow]running[/]: no decision recorded (yet)")
+        return
+    colour = {"accept": "green", "reject": "red"}.get(decision["verdict"], "yellow")
+    console.print(
+        f"verdict [bold {colour}]{decision['verdict']}[/]: {decision['reason']}  "
+        f"W {decision['wins']} / L {decision['losses']} / ties {decision['ties']}, "
+        f"INFRA units baseline {decision['infra_units_baseline']} / candidate "
+        f"{decision['infra_units_candidate']}, {decision['units_evaluated']} units evaluated, "
+        f"{decision['baseline_cache_hits']} baseline cache hits"
+    )
+
+
+def _plot(report: dict[str, Any], path: Path) -> None:
+    # The optional `plot` extra: imported here only, so the report works without it.
+    importlib.import_module("matplotlib").use("Agg")
+    plt = importlib.import_module("matplotlib.pyplot")
+
+    blocks = [b["block"] for b in report["blocks"]]
+    config = report["config"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(blocks, [b["log_e_value"] for b in report["blocks"]], marker="o", label="log E+")
+    ax.plot(
+        blocks, [b["log_futility_e_value"] for b in report["blocks"]], marker="s", label="log E-"
+    )
+    ax.axhline(-math.log(config["alpha"]), linestyle="--", color="green", label="log(1/alpha)")
+    ax.axhline(-math.log(config["beta"]), linestyle=":", color="red", label="log(1/beta)")
+    ax.set_xlabel("block")
+    ax.set_ylabel("log e-value")
+    ax.set_title(f"gate {report['gate_id']}")
+    ax.legend()
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)

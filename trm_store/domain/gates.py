@@ -1,0 +1,265 @@
+"""Sequential gates (seed task 6): events on `gate:{id}` and the `gates` projection.
+
+`gate.started` records everything needed to reproduce the run (parameters, shuffle seed, both
+snapshots, pool size); one `gate.block_evaluated` per block records its units, W/L/ties, the INFRA
+units of each arm, baseline cache hits and the e-values after it; `gate.decided` the verdict.
+`trm_gate.Gate` writes them; this module owns their models, the read model and the queries.
+E-values are stored as logarithms: they are finite, where an e-value may overflow a float.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+
+from pydantic import Field, JsonValue
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    insert,
+    select,
+    update,
+)
+
+from trm_store.domain._common import DomainModel, as_utc, check_id, stream_id
+from trm_store.domain.errors import UnknownEntityError
+from trm_store.events import RecordedEvent, register_event_type
+from trm_store.projections import Projection, register_projection
+from trm_store.schema import JsonColumn
+
+if TYPE_CHECKING:
+    from trm_store.store import Store
+
+__all__ = [
+    "BLOCK_EVALUATED",
+    "DECIDED",
+    "STARTED",
+    "BlockEvaluated",
+    "GateDecided",
+    "GateStarted",
+    "UnknownGateError",
+    "gate_blocks",
+    "gate_info",
+    "gate_stream",
+    "list_gates",
+]
+
+STREAM = "gate"
+PROJECTION = "gates"
+
+_Id = Annotated[str, Field(min_length=1, max_length=255)]
+Verdict = Literal["accept", "reject", "inconclusive", "infra_abort"]
+
+
+class UnknownGateError(UnknownEntityError):
+    """No gate with this id was started."""
+
+
+class GateStarted(DomainModel):
+    baseline_snapshot: _Id
+    candidate_snapshot: _Id
+    seed: int = Field(ge=0, lt=2**63)
+    pool_size: int = Field(ge=1)
+    config: dict[str, JsonValue]
+
+
+class BlockEvaluated(DomainModel):
+    block: int = Field(ge=1)
+    unit_ids: list[_Id] = Field(min_length=1)
+    wins: int = Field(ge=0)
+    losses: int = Field(ge=0)
+    ties: int = Field(ge=0)
+    infra_baseline: list[_Id]
+    infra_candidate: list[_Id]
+    baseline_cache_hits: int = Field(ge=0)
+    log_e_value: float
+    log_futility_e_value: float
+    decision: Literal["continue", "accept", "reject", "inconclusive", "infra_abort"]
+
+
+class GateDecided(DomainModel):
+    verdict: Verdict
+    reason: str = Field(max_length=1000)
+    blocks: int = Field(ge=1)
+    units_evaluated: int = Field(ge=0)
+    wins: int = Field(ge=0)
+    losses: int = Field(ge=0)
+    ties: int = Field(ge=0)
+    infra_units_baseline: int = Field(ge=0)
+    infra_units_candidate: int = Field(ge=0)
+    baseline_cache_hits: int = Field(ge=0)
+    log_e_value: float
+    log_futility_e_value: float
+
+
+STARTED = "gate.started"
+BLOCK_EVALUATED = "gate.block_evaluated"
+DECIDED = "gate.decided"
+register_event_type(STARTED, GateStarted)
+register_event_type(BLOCK_EVALUATED, BlockEvaluated)
+register_event_type(DECIDED, GateDecided)
+
+
+def gate_stream(gate_id: str) -> str:
+    """The gate's stream id."""
+    return stream_id(STREAM, gate_id)
+
+
+class GatesProjection(Projection):
+    """`gates`: one row per gate, its parameters and running totals, then its verdict."""
+
+    name: ClassVar[str] = PROJECTION
+    version: ClassVar[int] = 1
+    event_types: ClassVar[frozenset[str]] = frozenset({STARTED, BLOCK_EVALUATED, DECIDED})
+
+    def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
+        gates = Table(
+            f"gates{suffix}",
+            metadata,
+            Column("gate_id", String(255), primary_key=True),
+            Column("status", String(16), nullable=False),
+            Column("verdict", String(16), nullable=True),
+            Column("reason", Text, nullable=True),
+            Column("baseline_snapshot", String(255), nullable=False),
+            Column("candidate_snapshot", String(255), nullable=False),
+            Column("seed", BigInteger, nullable=False),
+            Column("pool_size", Integer, nullable=False),
+            Column("config", JsonColumn, nullable=False),
+            Column("blocks", Integer, nullable=False),
+            Column("units_evaluated", Integer, nullable=False),
+            Column("wins", Integer, nullable=False),
+            Column("losses", Integer, nullable=False),
+            Column("ties", Integer, nullable=False),
+            Column("infra_units_baseline", Integer, nullable=False),
+            Column("infra_units_candidate", Integer, nullable=False),
+            Column("baseline_cache_hits", Integer, nullable=False),
+            Column("log_e_value", Float, nullable=False),
+            Column("log_futility_e_value", Float, nullable=False),
+            Column("started_at", DateTime(timezone=True), nullable=False),
+            Column("decided_at", DateTime(timezone=True), nullable=True),
+        )
+        Index(f"ix_gates_status{suffix}", gates.c.status)
+        return {"gates": gates}
+
+    def apply(
+        self, conn: Connection, tables: Mapping[str, Table], events: Sequence[RecordedEvent]
+    ) -> None:
+        gates = tables["gates"]
+        for event in events:
+            gate_id = event.stream_id.removeprefix(f"{STREAM}:")
+            key = gates.c.gate_id == gate_id
+            data = event.data
+            if event.type == STARTED:
+                conn.execute(insert(gates).values(**_started_row(gate_id, event)))
+            elif event.type == BLOCK_EVALUATED:
+                conn.execute(
+                    update(gates)
+                    .where(key)
+                    .values(
+                        blocks=gates.c.blocks + 1,
+                        units_evaluated=gates.c.units_evaluated + len(data["unit_ids"]),
+                        wins=gates.c.wins + data["wins"],
+                        losses=gates.c.losses + data["losses"],
+                        ties=gates.c.ties + data["ties"],
+                        infra_units_baseline=gates.c.infra_units_baseline
+                        + len(data["infra_baseline"]),
+                        infra_units_candidate=gates.c.infra_units_candidate
+                        + len(data["infra_candidate"]),
+                        baseline_cache_hits=gates.c.baseline_cache_hits
+                        + data["baseline_cache_hits"],
+                        log_e_value=data["log_e_value"],
+                        log_futility_e_value=data["log_futility_e_value"],
+                    )
+                )
+            else:
+                conn.execute(
+                    update(gates)
+                    .where(key)
+                    .values(
+                        status="decided",
+                        verdict=data["verdict"],
+                        reason=data["reason"],
+                        decided_at=event.recorded_at,
+                    )
+                )
+
+
+def _started_row(gate_id: str, event: RecordedEvent) -> dict[str, Any]:
+    data = event.data
+    return {
+        "gate_id": gate_id,
+        "status": "running",
+        "verdict": None,
+        "reason": None,
+        "baseline_snapshot": data["baseline_snapshot"],
+        "candidate_snapshot": data["candidate_snapshot"],
+        "seed": data["seed"],
+        "pool_size": data["pool_size"],
+        "config": data["config"],
+        "blocks": 0,
+        "units_evaluated": 0,
+        "wins": 0,
+        "losses": 0,
+        "ties": 0,
+        "infra_units_baseline": 0,
+        "infra_units_candidate": 0,
+        "baseline_cache_hits": 0,
+        "log_e_value": 0.0,
+        "log_futility_e_value": 0.0,
+        "started_at": event.recorded_at,
+        "decided_at": None,
+    }
+
+
+register_projection(GatesProjection())
+
+
+def _row_dict(row: Any) -> dict[str, Any]:
+    out = dict(row._mapping)
+    out["started_at"] = as_utc(out["started_at"])
+    out["decided_at"] = None if out["decided_at"] is None else as_utc(out["decided_at"])
+    return out
+
+
+def gate_info(store: Store, gate_id: str) -> dict[str, Any]:
+    """The gate as the `gates` table has it: status (`running` / `decided`), verdict, reason,
+    snapshots, seed, parameters, running totals and log e-values, start and decision times."""
+    check_id("gate_id", gate_id)
+    with store.query(PROJECTION) as (conn, tables):
+        gates = tables["gates"]
+        row = conn.execute(select(gates).where(gates.c.gate_id == gate_id)).first()
+    if row is None:
+        raise UnknownGateError(f"no gate {gate_id!r} was started")
+    return _row_dict(row)
+
+
+def list_gates(store: Store) -> list[dict[str, Any]]:
+    """Every gate, most recently started first."""
+    with store.query(PROJECTION) as (conn, tables):
+        gates = tables["gates"]
+        rows = conn.execute(
+            select(gates).order_by(gates.c.started_at.desc(), gates.c.gate_id)
+        ).all()
+    return [_row_dict(r) for r in rows]
+
+
+def gate_blocks(store: Store, gate_id: str) -> list[dict[str, Any]]:
+    """The gate's `block_evaluated` events' data, in order (straight from its stream)."""
+    check_id("gate_id", gate_id)
+    events = store.read_stream(gate_stream(gate_id))
+    if not events:
+        raise UnknownGateError(f"no gate {gate_id!r} was started")
+    return [
+        {**e.data, "recorded_at": as_utc(e.recorded_at)}
+        for e in events
+        if e.type == BLOCK_EVALUATED
+    ]
