@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from trm_store import cli_replay
+from trm_store import cli_gate_report, cli_replay
 from trm_store.errors import StoreError
 
 __all__ = ["main"]
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     cli_replay.add_parser(commands)
+    cli_gate_report.add_parser(commands)
     return parser
 
 
