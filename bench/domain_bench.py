@@ -1,0 +1,158 @@
+"""domain_bench: 100,000 predictions through `RunLog` against raw sqlite3, in the same run.
+
+Both sides write into a database created by `open_store` (same migrations: the events table with
+its unique constraints, index and append-only triggers), with the same pragmas (WAL,
+synchronous=NORMAL, the same busy timeout), in transactions of the same batch size. The raw
+reference inserts the very event rows the store wrote (same event ids, stream versions, data and
+meta JSON text, recorded_at) with `executemany`, one `BEGIN IMMEDIATE ... COMMIT` per batch;
+a second reference also inserts each prediction's projection row, i.e. all the rows the store
+writes. What the reference skips is what trm adds: validation, SQLAlchemy, the projection runner,
+the retry-safe id check and the run's lease. A last row times the store core alone
+(`Store.append_batch` of the same events, no projections, no RunLog) to show where the time goes.
+
+    .venv/bin/python bench/domain_bench.py                 # 100,000 predictions, batches of 200
+    .venv/bin/python bench/domain_bench.py -n 20000 --batch-size 500
+
+Exit code 0 whatever the figures: it is a report, not a test (target: RunLog >= 0.4x raw).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from trm_store import NewEvent, open_store
+from trm_store.domain.run_log import RunLog
+from trm_store.sqlite import BUSY_TIMEOUT_MS
+
+INSERT_EVENT = (
+    "INSERT INTO events (position, event_id, stream_id, stream_version, type, schema_version, "
+    "data, meta, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_PREDICTION = (
+    "INSERT INTO predictions (run_id, question_id, seq, unit_id, prediction, correct, "
+    "stop_reason, fields) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def prediction(i: int) -> dict[str, Any]:
+    """One realistic prediction's arguments."""
+    return {
+        "question_id": f"q{i:07d}",
+        "unit_id": f"u{i // 5:06d}",
+        "prediction": "ABCD"[i % 4],
+        "correct": i % 3 != 0,
+        "stop_reason": "stop" if i % 40 else "length",
+        "latency_ms": 250.0 + (i * 7919) % 4000 / 4,
+        "tokens": 100 + (i * 104729) % 900,
+    }
+
+
+def through_runlog(url: str, n: int, batch_size: int) -> float:
+    """Seconds to record `n` predictions with RunLog (registration and completion included)."""
+    with open_store(url) as store:
+        start = time.perf_counter()
+        with RunLog(store, "bench-run", batch_size=batch_size) as log:
+            for i in range(n):
+                p = prediction(i)
+                log.record_prediction(p.pop("question_id"), **p)
+        return time.perf_counter() - start
+
+
+def event_rows(url: str) -> list[tuple[Any, ...]]:
+    """The prediction events the store wrote, as the raw reference will insert them."""
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        return conn.execute(
+            "SELECT position, event_id, stream_id, stream_version, type, schema_version, data, "
+            "meta, recorded_at FROM events WHERE type = 'run.prediction_recorded' "
+            "ORDER BY position"
+        ).fetchall()
+
+
+def prediction_row(event: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The projection row of one prediction event (what the store's upsert writes)."""
+    data = json.loads(event[6])
+    return (
+        "bench-run",
+        data["question_id"],
+        event[3],
+        data["unit_id"],
+        json.dumps(data["prediction"]),
+        data["correct"],
+        data["stop_reason"],
+        json.dumps(data["fields"]),
+    )
+
+
+def raw(path: Path, rows: list[tuple[Any, ...]], batch_size: int, *, projection: bool) -> float:
+    """Seconds for raw sqlite3 to insert `rows` (and their projection rows) in batches."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    start = time.perf_counter()
+    for offset in range(0, len(rows), batch_size):
+        batch = rows[offset : offset + batch_size]
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(INSERT_EVENT, batch)
+        if projection:
+            conn.executemany(INSERT_PREDICTION, [prediction_row(e) for e in batch])
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return elapsed
+
+
+def core_only(path: Path, rows: list[tuple[Any, ...]], batch_size: int) -> float:
+    """Seconds for `Store.append_batch` alone to append the same events (no projections)."""
+    events = [NewEvent(e[4], json.loads(e[6])) for e in rows]
+    with open_store(f"sqlite:///{path}", projections={}) as store:
+        start = time.perf_counter()
+        for offset in range(0, len(events), batch_size):
+            store.append_batch([("run:bench-run", events[offset : offset + batch_size], None)])
+        return time.perf_counter() - start
+
+
+def fresh_store(directory: Path, name: str) -> Path:
+    """A database created by open_store (schema and projection tables), nothing appended."""
+    path = directory / name
+    open_store(f"sqlite:///{path}").close()
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-n", type=int, default=100_000, help="predictions (default 100,000)")
+    parser.add_argument("--batch-size", type=int, default=200, help="per transaction (200)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        url = f"sqlite:///{directory / 'runlog.db'}"
+        store_s = through_runlog(url, args.n, args.batch_size)
+        rows = event_rows(url)
+        assert len(rows) == args.n, f"the store wrote {len(rows)} predictions, not {args.n}"
+        raw_log = raw(fresh_store(directory, "raw.db"), rows, args.batch_size, projection=False)
+        raw_all = raw(fresh_store(directory, "raw2.db"), rows, args.batch_size, projection=True)
+        core = core_only(directory / "core.db", rows, args.batch_size)
+    print(f"domain_bench  {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
+    print(f"{args.n:,} predictions, batches of {args.batch_size}, SQLite WAL synchronous=NORMAL")
+    print(f"{'writer':44} {'seconds':>8} {'predictions/s':>14}")
+    for label, seconds in (
+        ("RunLog.record_prediction (trm)", store_s),
+        ("raw sqlite3: event rows", raw_log),
+        ("raw sqlite3: event rows + projection rows", raw_all),
+        ("Store.append_batch alone (no projections)", core),
+    ):
+        print(f"{label:44} {seconds:8.2f} {args.n / seconds:14,.0f}")
+    print(f"ratio RunLog / raw event rows:             {raw_log / store_s:.2f}x  (target >= 0.4x)")
+    print(f"ratio RunLog / raw event + projection rows: {raw_all / store_s:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""Runs and predictions (seed task 8): registration, batching, read-only use, leases, crashes."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from trm_store import ReadOnlyStoreError, Store, open_store
+from trm_store.domain.errors import RunStateError, UnknownRunError
+from trm_store.domain.run_leases import _mark, mark_stale_runs, stale_runs
+from trm_store.domain.run_log import RunLog
+from trm_store.domain.runs import run_info
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = (sys.executable, "-m", "tests.store.domain_workers")
+T0 = datetime.now(UTC)
+"""The tests' start of time: lease times are compared with the log's own `recorded_at` (the
+store's wall clock), so test clocks start from now and jump days ahead to make a run silent."""
+
+
+class Clock:
+    """A settable clock for RunLog and mark_stale_runs."""
+
+    def __init__(self, now: datetime = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    with open_store(store_url) as opened:
+        yield opened
+
+
+def _predict(log: RunLog, i: int, **fields: object) -> None:
+    log.record_prediction(
+        f"q{i:04d}", unit_id=f"u{i // 3}", prediction="A", correct=i % 2 == 0,
+        stop_reason="stop", **fields,
+    )  # fmt: skip
+
+
+def test_a_run_registers_on_enter_and_completes_on_exit(store: Store) -> None:
+    clock = Clock()
+    with RunLog(store, "r1", config={"model": "m", "seed": 3}, clock=clock) as log:
+        info = run_info(store, "r1")
+        assert (info["status"], info["started_at"], info["config"]) == (
+            "running", T0, {"model": "m", "seed": 3},
+        )  # fmt: skip
+        assert info["heartbeat_at"] == T0
+        _predict(log, 0, latency_ms=12.5)
+        clock.now = T0 + timedelta(minutes=3)
+    info = run_info(store, "r1")
+    assert (info["status"], info["finished_at"], info["predictions"]) == (
+        "completed", T0 + timedelta(minutes=3), 1,
+    )  # fmt: skip
+    assert info["heartbeat_at"] is None  # the lease is released
+    registered = store.read_stream("run:r1")[0]
+    assert registered.type == "run.registered"
+    assert {"started_at", "config", "host", "pid"} <= set(registered.data)
+    assert log.predictions() == [
+        {
+            "question_id": "q0000", "unit_id": "u0", "prediction": "A", "correct": True,
+            "stop_reason": "stop", "latency_ms": 12.5,
+        }
+    ]  # fmt: skip
+
+
+def test_a_block_that_raises_fails_the_run_with_the_error(store: Store) -> None:
+    with pytest.raises(ValueError, match="grader exploded"), RunLog(store, "r1") as log:
+        _predict(log, 0)
+        raise ValueError("grader exploded")
+    info = run_info(store, "r1")
+    assert (info["status"], info["reason"]) == ("failed", "error")
+    assert info["error"] == "ValueError: grader exploded"
+    assert info["predictions"] == 1  # what was recorded before the error is kept
+    assert [e.type for e in store.read_stream("run:r1")][-1] == "run.failed"
+
+
+def test_reading_a_baseline_run_read_only_leaves_it_untouched(store_url: str) -> None:
+    """Seed task 8: register_run=False appends nothing and works on a read_only store, so a
+    baseline run's started_at and status are the same after it is read."""
+    with open_store(store_url) as store:
+        with RunLog(store, "baseline", clock=Clock()) as log:
+            for i in range(5):
+                _predict(log, i)
+        before = run_info(store, "baseline")
+        head = store.head_position()
+
+    with open_store(store_url, read_only=True) as ro:
+        with RunLog(ro, "baseline", register_run=False) as reader:
+            assert len(reader.predictions()) == 5
+            with pytest.raises(RunStateError):
+                _predict(reader, 99)
+        after = run_info(ro, "baseline")
+        with pytest.raises(ReadOnlyStoreError), RunLog(ro, "baseline"):
+            pass  # registering needs a writable store
+
+    with open_store(store_url) as store:
+        with RunLog(store, "baseline", register_run=False) as reader:
+            assert len(reader.predictions()) == 5
+        assert store.head_position() == head
+        again = run_info(store, "baseline")
+    for seen in (after, again):
+        assert (seen["started_at"], seen["status"]) == (before["started_at"], "completed")
+        assert seen == before
+
+
+def test_register_run_false_needs_a_registered_run(store: Store) -> None:
+    with pytest.raises(UnknownRunError), RunLog(store, "never", register_run=False):
+        pass
+    assert store.head_position() == 0
+
+
+def test_predictions_are_written_one_transaction_per_batch(store: Store) -> None:
+    with RunLog(store, "r1", batch_size=4) as log:
+        registered = store.head_position()
+        for i in range(3):
+            _predict(log, i)
+        assert store.head_position() == registered  # buffered
+        _predict(log, 3)
+        batch = store.read_stream("run:r1", from_version=2)
+        assert len(batch) == 4
+        assert len({e.recorded_at for e in batch}) == 1  # one append, one transaction
+        _predict(log, 4)
+        assert log.flush() == 1
+        assert log.flush() == 0
+        _predict(log, 5)
+        assert len(log.predictions()) == 6  # reading flushes first
+    assert run_info(store, "r1")["predictions"] == 6
+
+
+def test_recording_a_question_again_replaces_it_in_the_read_model(store: Store) -> None:
+    with RunLog(store, "r1", batch_size=2) as log:
+        for i in range(3):
+            _predict(log, i)
+        log.record_prediction(
+            "q0001", unit_id="u0", prediction="B", correct=None, stop_reason="error"
+        )
+    predictions = RunLog(store, "r1", register_run=False).predictions()
+    assert [(p["question_id"], p["prediction"]) for p in predictions] == [
+        ("q0000", "A"), ("q0001", "B"), ("q0002", "A"),
+    ]  # fmt: skip
+    assert sum(e.type == "run.prediction_recorded" for e in store.read_stream("run:r1")) == 4
+    assert store.verify_projections() == []
+
+
+def test_a_runlog_is_used_once_and_only_inside_with(store: Store) -> None:
+    log = RunLog(store, "r1")
+    with pytest.raises(RunStateError):
+        _predict(log, 0)
+    with log:
+        _predict(log, 0)
+    with pytest.raises(RunStateError):
+        _predict(log, 1)
+    with pytest.raises(RunStateError), log:
+        pass
+    assert run_info(store, "r1")["predictions"] == 1
+
+
+def test_a_resumed_run_keeps_its_first_start(store: Store) -> None:
+    clock = Clock()
+    with pytest.raises(RuntimeError), RunLog(store, "r1", clock=clock):
+        raise RuntimeError("crash")
+    clock.now = T0 + timedelta(hours=1)
+    with RunLog(store, "r1", clock=clock):
+        assert run_info(store, "r1")["status"] == "running"
+    info = run_info(store, "r1")
+    assert (info["status"], info["started_at"], info["error"]) == ("completed", T0, None)
+
+
+def test_a_silent_run_is_marked_stale_once(store: Store) -> None:
+    clock = Clock()
+    dead = RunLog(store, "dead", clock=clock).__enter__()  # its process "dies": never exits
+    _predict(dead, 0)
+    dead.flush()
+    clock.now = T0 + timedelta(days=3)
+    with RunLog(store, "alive", clock=clock) as alive:
+        assert mark_stale_runs(store, timedelta(days=1), now=clock.now) == ["dead"]
+        assert mark_stale_runs(store, timedelta(days=1), now=clock.now) == []
+        alive.heartbeat()
+    info = run_info(store, "dead")
+    assert (info["status"], info["reason"]) == ("failed", "stale")
+    assert run_info(store, "alive")["status"] == "completed"
+    assert [e.type for e in store.read_stream("run:dead")].count("run.failed") == 1
+
+
+def test_two_markers_cannot_both_fail_a_run(store: Store) -> None:
+    RunLog(store, "dead", clock=Clock()).__enter__()
+    now = T0 + timedelta(days=3)
+    seen_by_both = stale_runs(store, timedelta(days=1), now=now)
+    assert [r.run_id for r in seen_by_both] == ["dead"]
+    assert _mark(store, seen_by_both[0], now) is True
+    assert _mark(store, seen_by_both[0], now) is False  # the stream moved: nothing appended
+    assert [e.type for e in store.read_stream("run:dead")] == ["run.registered", "run.failed"]
+
+
+def test_a_run_that_writes_after_being_found_silent_is_not_marked(store: Store) -> None:
+    clock = Clock()
+    log = RunLog(store, "slow", clock=clock, batch_size=1).__enter__()
+    now = T0 + timedelta(days=3)
+    found = stale_runs(store, timedelta(days=1), now=now)
+    _predict(log, 0)  # alive after all
+    assert _mark(store, found[0], now) is False
+    assert run_info(store, "slow")["status"] == "running"
+
+
+def test_sigkill_loses_at_most_the_unflushed_batch(sqlite_url: str) -> None:
+    """A real child records predictions in batches of 25 and is SIGKILLed at random points: the
+    log holds whole batches only, a gap-free prefix, at least every batch it reported flushed."""
+    batch, rng = 25, random.Random(8)
+    for round_ in range(3):
+        run_id = f"crash-{round_}"
+        child = subprocess.Popen(
+            [*WORKER, "predict", sqlite_url, run_id, str(batch)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None
+        reported = 0
+        for _ in range(rng.randint(1, 8)):
+            line = child.stdout.readline()
+            assert line, child.stderr.read() if child.stderr else ""
+            reported = int(line)
+        child.send_signal(signal.SIGKILL)
+        child.communicate()
+        assert child.returncode == -signal.SIGKILL
+
+        with open_store(sqlite_url) as store:
+            predictions = RunLog(store, run_id, register_run=False).predictions()
+            kept = len(predictions)
+            assert kept >= reported and kept % batch == 0
+            assert [p["question_id"] for p in predictions] == [f"q{i:07d}" for i in range(kept)]
+            assert run_info(store, run_id)["status"] == "running"
+            assert store.verify_projections() == []
+            later = datetime.now(UTC) + timedelta(hours=1)
+            assert run_id in mark_stale_runs(store, timedelta(minutes=5), now=later)
+            assert run_info(store, run_id)["reason"] == "stale"

@@ -1,0 +1,75 @@
+"""The domain facades' errors: all StoreError subclasses, and nothing is written when one is raised.
+
+StoreError
+ ├── EventValidationError                (core) event data did not validate
+ │    └── DomainInputError               a facade argument is invalid (empty id, NaN, wrong type)
+ │         └── InfraOutcomeError         BaselineCache.put of a unit with an INFRA question
+ ├── DomainConflictError                 the command contradicts what the log already holds
+ │    ├── WorkspaceExistsError           scaffold_workspace of a workspace that exists
+ │    ├── DuplicateFinalMetricError      a second `final` dual metric for (run, epoch, pool)
+ │    └── RunStateError                  a RunLog used outside its `with` block, or read-only
+ └── UnknownEntityError                  the thing asked for was never recorded
+      ├── UnknownWorkspaceError
+      └── UnknownRunError
+"""
+
+from __future__ import annotations
+
+from trm_store.errors import EventValidationError, StoreError
+
+__all__ = [
+    "DomainConflictError",
+    "DomainInputError",
+    "DuplicateFinalMetricError",
+    "InfraOutcomeError",
+    "RunStateError",
+    "UnknownEntityError",
+    "UnknownRunError",
+    "UnknownWorkspaceError",
+    "WorkspaceExistsError",
+]
+
+
+class DomainInputError(EventValidationError):
+    """A domain facade was called with invalid arguments; nothing was written."""
+
+
+class InfraOutcomeError(DomainInputError):
+    """An INFRA unit (a question ended in `error` or `parse_error`) must never be cached."""
+
+    def __init__(self, snapshot: str, unit_id: str, question_ids: list[str]) -> None:
+        super().__init__(
+            f"baseline unit {unit_id!r} (snapshot {snapshot!r}) has INFRA question(s) "
+            f"{question_ids}: an infrastructure failure is not a model outcome and is not cached"
+        )
+        self.snapshot = snapshot
+        self.unit_id = unit_id
+        self.question_ids = question_ids
+
+
+class DomainConflictError(StoreError):
+    """The command contradicts recorded state; nothing was written."""
+
+
+class WorkspaceExistsError(DomainConflictError):
+    """The workspace was scaffolded already."""
+
+
+class DuplicateFinalMetricError(DomainConflictError):
+    """(run, epoch, pool) has a `final` dual metric already; at most one is allowed."""
+
+
+class RunStateError(DomainConflictError):
+    """A RunLog was used outside its `with` block, or written through with register_run=False."""
+
+
+class UnknownEntityError(StoreError):
+    """The entity asked for has no events in the log."""
+
+
+class UnknownWorkspaceError(UnknownEntityError):
+    """No workspace with this id was scaffolded."""
+
+
+class UnknownRunError(UnknownEntityError):
+    """No run with this id was registered."""

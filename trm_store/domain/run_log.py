@@ -1,0 +1,203 @@
+"""`RunLog`: the context manager a harness writes a run through.
+
+Entering registers the run (`run.registered`, with a lease); predictions are buffered and written
+`batch_size` at a time, one transaction per batch, so a killed process loses at most the batch it
+had not flushed; leaving appends `run.completed`, or `run.failed` with the error when the block
+raised. `register_run=False` is for reading a run someone else wrote (a baseline): it appends
+nothing, on enter or exit, and works on a store opened `read_only=True`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
+
+from trm_store.domain._common import check_fields, check_id, check_int, validated
+from trm_store.domain.errors import DomainInputError, RunStateError
+from trm_store.domain.run_leases import release_lease, write_lease
+from trm_store.domain.runs import (
+    COMPLETED,
+    ERROR_MAX,
+    FAILED,
+    PREDICTION_KEYS,
+    PREDICTION_RECORDED,
+    REGISTERED,
+    PredictionRecorded,
+    Registered,
+    read_predictions,
+    run_info,
+    stream_of,
+)
+from trm_store.events import NewEvent
+
+if TYPE_CHECKING:
+    from trm_store.store import Store
+
+__all__ = ["DEFAULT_BATCH_SIZE", "HEARTBEAT_INTERVAL", "RunLog"]
+
+DEFAULT_BATCH_SIZE = 200
+HEARTBEAT_INTERVAL = timedelta(seconds=5)
+"""Flushes refresh the lease at most this often; call `heartbeat()` during long silent work."""
+
+Clock = Callable[[], datetime]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class RunLog:
+    """Write (or, with register_run=False, only read) one run. Use it as a context manager."""
+
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        *,
+        register_run: bool = True,
+        config: dict[str, Any] | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        clock: Clock | None = None,
+    ) -> None:
+        self.run_id = check_id("run_id", run_id)
+        if not isinstance(register_run, bool):
+            raise DomainInputError(f"register_run must be a bool, got {register_run!r}")
+        if config is not None and not register_run:
+            raise DomainInputError("config is recorded on registration: it needs register_run=True")
+        self._store = store
+        self._register = register_run
+        self._config = config
+        self._batch_size = check_int("batch_size", batch_size, minimum=1)
+        self._clock = clock or _utc_now
+        self._host, self._pid = socket.gethostname(), os.getpid()
+        self._pending: list[NewEvent] = []
+        self._last_heartbeat: datetime | None = None
+        self._state: Literal["new", "open", "closed"] = "new"
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def __enter__(self) -> RunLog:
+        if self._state != "new":
+            raise RunStateError(f"RunLog({self.run_id!r}) can be entered once")
+        if not self._register:
+            run_info(self._store, self.run_id)  # UnknownRunError for a run never registered
+        else:
+            now = self._clock()
+            data = {"started_at": now, "config": self._config, "host": self._host, "pid": self._pid}
+            event = validated(Registered, data, f"RunLog({self.run_id!r}) registration")
+            self._store.append(stream_of(self.run_id), [NewEvent(REGISTERED, event.model_dump())])
+            self._beat(now)
+        self._state = "open"
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._state = "closed"
+        if not self._register:
+            return
+        error = exc
+        try:
+            self._flush()
+        except BaseException as flush_error:
+            error = error or flush_error
+            raise
+        finally:
+            self._finish(error)
+
+    def _finish(self, error: BaseException | None) -> None:
+        now = self._clock()
+        if error is None:
+            event = NewEvent(COMPLETED, {"finished_at": now})
+        else:
+            text = f"{type(error).__name__}: {error}"[:ERROR_MAX]
+            event = NewEvent(FAILED, {"finished_at": now, "reason": "error", "error": text})
+        self._store.append(stream_of(self.run_id), [event])
+        release_lease(self._store, self.run_id)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def record_prediction(
+        self,
+        question_id: str,
+        *,
+        unit_id: str,
+        prediction: Any,
+        correct: bool | None,
+        stop_reason: str,
+        **fields: Any,
+    ) -> None:
+        """Buffer one prediction (validated now); a full buffer is flushed in one transaction.
+
+        Recording a question again replaces its prediction in `predictions()` (the log keeps both).
+        """
+        self._require_writable()
+        data = {
+            "question_id": check_id("question_id", question_id),
+            "unit_id": check_id("unit_id", unit_id),
+            "prediction": prediction,
+            "correct": correct,
+            "stop_reason": stop_reason,
+            "fields": check_fields("fields", fields, PREDICTION_KEYS) if fields else {},
+        }
+        event = validated(PredictionRecorded, data, f"prediction {question_id!r}")
+        # The id is fixed now, so a flush retried after an error is exactly-once.
+        self._pending.append(
+            NewEvent(PREDICTION_RECORDED, event.model_dump(), event_id=str(uuid.uuid4()))
+        )
+        if len(self._pending) >= self._batch_size:
+            self._flush()
+
+    def flush(self) -> int:
+        """Write the buffered predictions now (one transaction); how many were written."""
+        self._require_writable()
+        return self._flush()
+
+    def heartbeat(self) -> None:
+        """Refresh the run's lease, so `mark_stale_runs` knows its process is alive."""
+        self._require_writable()
+        self._beat(self._clock())
+
+    def _flush(self) -> int:
+        if not self._pending:
+            return 0
+        # On error the buffer is kept: the next flush retries it with the same event ids.
+        self._store.append_batch([(stream_of(self.run_id), self._pending, None)])
+        written, self._pending = len(self._pending), []
+        now = self._clock()
+        if self._last_heartbeat is None or now - self._last_heartbeat >= HEARTBEAT_INTERVAL:
+            self._beat(now)
+        return written
+
+    def _beat(self, now: datetime) -> None:
+        write_lease(self._store, self.run_id, host=self._host, pid=self._pid, now=now)
+        self._last_heartbeat = now
+
+    def _require_writable(self) -> None:
+        if not self._register:
+            raise RunStateError(
+                f"RunLog({self.run_id!r}) was opened with register_run=False: it only reads"
+            )
+        if self._state != "open":
+            raise RunStateError(f"RunLog({self.run_id!r}) is {self._state}: write inside `with`")
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def predictions(self) -> list[dict[str, Any]]:
+        """The run's predictions (buffered ones are flushed first): question_id, unit_id,
+        prediction, correct, stop_reason and the extra fields, in first-recorded order."""
+        if self._state == "open" and self._register:
+            self._flush()
+        return read_predictions(self._store, self.run_id)
+
+    def info(self) -> dict[str, Any]:
+        """`run_info` of this run."""
+        return run_info(self._store, self.run_id)

@@ -1,0 +1,257 @@
+"""Runs and their predictions (seed task 8): events on `run:{id}` and the `runs` projection.
+
+Event types: `run.registered`, `run.prediction_recorded`, `run.completed`, `run.failed`. Writing
+goes through `RunLog` (`run_log`); liveness through leases (`run_leases`). This module holds the
+events, the read model and the queries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import AwareDatetime, Field, JsonValue
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Connection,
+    DateTime,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    bindparam,
+    func,
+    insert,
+    select,
+    update,
+)
+
+from trm_store.domain._common import DomainModel, as_utc, check_id, stream_id, upsert
+from trm_store.domain.errors import UnknownRunError
+from trm_store.events import RecordedEvent, register_event_type
+from trm_store.projections import Projection, register_projection
+from trm_store.schema import RUN_LEASES, JsonColumn
+
+if TYPE_CHECKING:
+    from trm_store.store import Store
+
+__all__ = ["read_predictions", "run_info"]
+
+STREAM = "run"
+PROJECTION = "runs"
+ERROR_MAX = 4000
+"""Longest error text kept in a `failed` event (the start of the message and exception type)."""
+
+
+class Registered(DomainModel):
+    started_at: AwareDatetime
+    config: dict[str, JsonValue] | None
+    host: str
+    pid: int
+
+
+class PredictionRecorded(DomainModel):
+    question_id: str = Field(min_length=1, max_length=255)
+    unit_id: str = Field(min_length=1, max_length=255)
+    prediction: JsonValue
+    correct: bool | None
+    stop_reason: str = Field(min_length=1, max_length=64)
+    fields: dict[str, JsonValue]
+
+
+class Completed(DomainModel):
+    finished_at: AwareDatetime
+
+
+class Failed(DomainModel):
+    finished_at: AwareDatetime
+    reason: Literal["error", "stale"]
+    error: str = Field(max_length=ERROR_MAX)
+
+
+REGISTERED = "run.registered"
+PREDICTION_RECORDED = "run.prediction_recorded"
+COMPLETED = "run.completed"
+FAILED = "run.failed"
+
+register_event_type(REGISTERED, Registered)
+register_event_type(PREDICTION_RECORDED, PredictionRecorded)
+register_event_type(COMPLETED, Completed)
+register_event_type(FAILED, Failed)
+
+PREDICTION_KEYS = frozenset(
+    {"run_id", "question_id", "unit_id", "prediction", "correct", "stop_reason"}
+)
+"""Names a prediction's free-form fields may not use."""
+
+
+class RunsProjection(Projection):
+    """`runs`: one row per run (status, times, config, stream version); `predictions`: the latest
+    prediction per (run, question), in the order first recorded."""
+
+    name: ClassVar[str] = PROJECTION
+    version: ClassVar[int] = 1
+    event_types: ClassVar[frozenset[str]] = frozenset(
+        {REGISTERED, PREDICTION_RECORDED, COMPLETED, FAILED}
+    )
+
+    def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
+        runs = Table(
+            f"runs{suffix}",
+            metadata,
+            Column("run_id", String(255), primary_key=True),
+            Column("status", String(16), nullable=False),
+            Column("started_at", DateTime(timezone=True), nullable=False),
+            Column("finished_at", DateTime(timezone=True), nullable=True),
+            Column("config", JsonColumn, nullable=True),
+            Column("host", String(255), nullable=False),
+            Column("pid", Integer, nullable=False),
+            Column("reason", String(16), nullable=True),
+            Column("error", Text, nullable=True),
+            Column("version", Integer, nullable=False),
+            Column("last_event_at", DateTime(timezone=True), nullable=False),
+        )
+        Index(f"ix_runs_status{suffix}", runs.c.status)
+        predictions = Table(
+            f"predictions{suffix}",
+            metadata,
+            Column("run_id", String(255), primary_key=True),
+            Column("question_id", String(255), primary_key=True),
+            Column("seq", Integer, nullable=False),
+            Column("unit_id", String(255), nullable=False),
+            Column("prediction", JsonColumn, nullable=True),
+            Column("correct", Boolean, nullable=True),
+            Column("stop_reason", String(64), nullable=False),
+            Column("fields", JsonColumn, nullable=False),
+        )
+        return {"runs": runs, "predictions": predictions}
+
+    def apply(
+        self, conn: Connection, tables: Mapping[str, Table], events: Sequence[RecordedEvent]
+    ) -> None:
+        runs, predictions = tables["runs"], tables["predictions"]
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        versions: dict[str, int] = {}
+        for event in events:
+            run_id = event.stream_id.removeprefix(f"{STREAM}:")
+            versions[run_id] = event.version
+            if event.type == PREDICTION_RECORDED:
+                key = (run_id, event.data["question_id"])
+                # A re-recorded question keeps its first position (`seq`), however the events
+                # are batched: set on insert here and never updated by the upsert.
+                seq = rows[key]["seq"] if key in rows else event.version
+                rows[key] = {"run_id": run_id, "seq": seq, **event.data}
+            else:
+                self._change_run(conn, runs, run_id, event)
+        upsert(
+            conn,
+            predictions,
+            list(rows.values()),
+            keys=("run_id", "question_id"),
+            update=("unit_id", "prediction", "correct", "stop_reason", "fields"),
+        )
+        conn.execute(
+            update(runs).where(runs.c.run_id == bindparam("rid")).values(version=bindparam("v")),
+            [{"rid": r, "v": v} for r, v in versions.items()],
+        )
+
+    @staticmethod
+    def _change_run(conn: Connection, runs: Table, run_id: str, event: RecordedEvent) -> None:
+        data, key = event.data, runs.c.run_id == run_id
+        touched: dict[str, Any] = {"last_event_at": event.recorded_at, "version": event.version}
+        if event.type == REGISTERED:
+            values = {
+                "status": "running",
+                "finished_at": None,
+                "config": data["config"],
+                "host": data["host"],
+                "pid": data["pid"],
+                "reason": None,
+                "error": None,
+                **touched,
+            }
+            started = datetime.fromisoformat(data["started_at"])
+            # A resumed run keeps the time it first started.
+            if conn.execute(update(runs).where(key).values(**values)).rowcount == 0:
+                conn.execute(insert(runs).values(run_id=run_id, started_at=started, **values))
+        elif event.type == COMPLETED:
+            finished = datetime.fromisoformat(data["finished_at"])
+            conn.execute(
+                update(runs).where(key).values(status="completed", finished_at=finished, **touched)
+            )
+        else:
+            finished = datetime.fromisoformat(data["finished_at"])
+            conn.execute(
+                update(runs)
+                .where(key)
+                .values(
+                    status="failed",
+                    finished_at=finished,
+                    reason=data["reason"],
+                    error=data["error"],
+                    **touched,
+                )
+            )
+
+
+register_projection(RunsProjection())
+
+
+def run_info(store: Store, run_id: str) -> dict[str, Any]:
+    """The run as recorded: status (running / completed / failed), started_at, finished_at,
+    config, host, pid, reason and error of a failure, predictions recorded, last heartbeat."""
+    check_id("run_id", run_id)
+    with store.query(PROJECTION) as (conn, tables):
+        runs, predictions = tables["runs"], tables["predictions"]
+        row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
+        if row is None:
+            raise UnknownRunError(f"no run {run_id!r} was registered")
+        count = conn.execute(
+            select(func.count()).select_from(predictions).where(predictions.c.run_id == run_id)
+        ).scalar_one()
+        heartbeat = conn.execute(
+            select(RUN_LEASES.c.heartbeat_at).where(RUN_LEASES.c.run_id == run_id)
+        ).scalar_one_or_none()
+    return {
+        "run_id": run_id,
+        "status": row.status,
+        "started_at": as_utc(row.started_at),
+        "finished_at": None if row.finished_at is None else as_utc(row.finished_at),
+        "config": row.config,
+        "host": row.host,
+        "pid": row.pid,
+        "reason": row.reason,
+        "error": row.error,
+        "predictions": count,
+        "heartbeat_at": None if heartbeat is None else as_utc(heartbeat),
+    }
+
+
+def read_predictions(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """The run's predictions (latest per question), in the order the questions were first seen."""
+    check_id("run_id", run_id)
+    with store.query(PROJECTION) as (conn, tables):
+        predictions = tables["predictions"]
+        rows = conn.execute(
+            select(predictions).where(predictions.c.run_id == run_id).order_by(predictions.c.seq)
+        ).all()
+    return [
+        {
+            **r.fields,
+            "question_id": r.question_id,
+            "unit_id": r.unit_id,
+            "prediction": r.prediction,
+            "correct": r.correct,
+            "stop_reason": r.stop_reason,
+        }
+        for r in rows
+    ]
+
+
+def stream_of(run_id: str) -> str:
+    """The run's stream id."""
+    return stream_id(STREAM, run_id)
