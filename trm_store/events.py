@@ -7,6 +7,7 @@ before it reaches the log, and old schema versions are upcast when read.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from trm_store.errors import EventValidationError
 
 __all__ = [
     "EventType",
+    "JsonText",
     "NewEvent",
     "RecordedEvent",
     "Upcaster",
@@ -26,6 +28,7 @@ __all__ = [
     "event_type",
     "register_event_type",
     "registered_event_types",
+    "serialize_json",
 ]
 
 Upcaster = Callable[[int, dict[str, Any]], dict[str, Any]]
@@ -69,17 +72,15 @@ class EventType:
     upcast: Upcaster | None = field(default=None)
 
     def validate(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        """Validate `data` against the model and return its JSON-safe normal form."""
+        """Validate `data` against the model; return its normal form (dumps_json checks it)."""
         if not isinstance(data, Mapping):
             raise EventValidationError(
                 f"event {self.name!r}: data must be a mapping, got {type(data).__name__}"
             )
         try:
-            normal = self.model.model_validate(dict(data)).model_dump(mode="json")
+            return self.model.model_validate(dict(data)).model_dump(mode="json")
         except ValidationError as e:
             raise EventValidationError(f"event {self.name!r}: {e}") from e
-        dumps_json(normal, what=f"event {self.name!r} data")
-        return normal
 
     def read(self, schema_version: int, data: dict[str, Any]) -> dict[str, Any]:
         """Bring stored data of `schema_version` up to the current version."""
@@ -131,12 +132,33 @@ def registered_event_types() -> dict[str, EventType]:
     return dict(_REGISTRY)
 
 
-def dumps_json(value: Any, *, what: str) -> str:
-    """Canonical JSON; NaN, infinities and non-JSON values raise EventValidationError."""
+class JsonText(str):
+    """JSON already serialised (and checked) by `dumps_json`: written to the database as is."""
+
+    __slots__ = ()
+
+
+# An escaped NUL that is not itself an escaped backslash followed by "u0000".
+_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def dumps_json(value: Any, *, what: str) -> JsonText:
+    """Canonical JSON; NaN, infinities, NUL characters and non-JSON values raise
+    EventValidationError (PostgreSQL cannot store NUL in JSON, so no backend accepts it)."""
     try:
-        return json.dumps(value, allow_nan=False, sort_keys=True, separators=(",", ":"))
+        text = json.dumps(value, allow_nan=False, sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError) as e:
         raise EventValidationError(f"{what} is not JSON: {e}") from e
+    if "\\u0000" in text and _NUL.search(text):
+        raise EventValidationError(f"{what} contains a NUL character")
+    return JsonText(text)
+
+
+def serialize_json(value: Any) -> str:
+    """The engines' JSON serializer: pre-serialised JsonText passes through untouched."""
+    if isinstance(value, JsonText):
+        return value
+    return dumps_json(value, what="JSON column value")
 
 
 def new_event_id() -> str:

@@ -14,6 +14,7 @@ from sqlalchemy import URL, Connection, Engine, create_engine, text
 from sqlalchemy.exc import DBAPIError
 
 from trm_store.errors import ReadOnlyStoreError, StoreError
+from trm_store.events import serialize_json
 
 __all__ = ["PostgresBackend"]
 
@@ -33,7 +34,9 @@ class PostgresBackend:
             given = url.query.get("options", "")
             options = " ".join([*(given if isinstance(given, tuple) else (given,)), _READ_ONLY])
             connect_args["options"] = options.strip()
-        self.engine: Engine = create_engine(url, connect_args=connect_args, pool_pre_ping=True)
+        self.engine: Engine = create_engine(
+            url, connect_args=connect_args, pool_pre_ping=True, json_serializer=serialize_json
+        )
 
     @contextmanager
     def write_transaction(self) -> Iterator[Connection]:

@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError
 
 from trm_store.backend import Durability
 from trm_store.errors import ReadOnlyStoreError, StoreError
+from trm_store.events import serialize_json
 
 __all__ = ["SqliteBackend"]
 
@@ -41,7 +42,9 @@ class SqliteBackend:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             engine_url = f"sqlite+pysqlite:///{self.path}"
         self.engine: Engine = create_engine(
-            engine_url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000}
+            engine_url,
+            connect_args={"timeout": BUSY_TIMEOUT_MS / 1000},
+            json_serializer=serialize_json,
         )
         synchronous = "FULL" if durability == "full" else "NORMAL"
         writable = not read_only

@@ -27,6 +27,7 @@ from trm_store.errors import (
     StoreError,
 )
 from trm_store.events import (
+    JsonText,
     NewEvent,
     RecordedEvent,
     check_event_id,
@@ -56,11 +57,23 @@ def default_url(url: str | None) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class _PreparedEvent:
+    """One validated event, with its JSON serialised once for the insert."""
+
+    event_id: str
+    type: str
+    schema_version: int
+    data: dict[str, Any]
+    data_json: JsonText
+    meta: dict[str, Any]
+    meta_json: JsonText
+
+
+@dataclass(frozen=True, slots=True)
 class _Prepared:
     stream_id: str
     expected_version: int | None
-    events: list[tuple[str, str, int, dict[str, Any], dict[str, Any]]]
-    """(event_id, type, schema_version, data, meta) per event, validated."""
+    events: list[_PreparedEvent]
 
 
 class Store:
@@ -72,7 +85,8 @@ class Store:
         self._backend = backend
         self._projections = ProjectionSet(projections)
         self._batch_size = batch_size
-        self._origin = {"host": socket.gethostname(), "pid": os.getpid()}
+        self._origin: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid()}
+        self._origin_json = dumps_json(self._origin, what="event meta")
 
     # -- properties -----------------------------------------------------------------------------
 
@@ -121,14 +135,20 @@ class Store:
 
     @contextmanager
     def write_transaction(self) -> Iterator[Connection]:
-        """A transaction holding the store's writer lock (for domain tables outside the log)."""
-        with self._backend.write_transaction() as conn:
-            yield conn
+        """A transaction holding the store's writer lock (for domain tables outside the log).
+
+        Driver errors come out as typed StoreErrors, as from every other store method.
+        """
+        try:
+            with self._backend.write_transaction() as conn:
+                yield conn
+        except SQLAlchemyError as e:
+            raise self._translate(e) from e
 
     def _append_locked(
         self, conn: Connection, prepared: Sequence[_Prepared]
     ) -> list[RecordedEvent]:
-        given_ids = [eid for p in prepared for eid, *_ in p.events]
+        given_ids = [e.event_id for p in prepared for e in p.events]
         if any_ids := events_by_id(conn, given_ids):
             if len(any_ids) == len(given_ids):
                 return [any_ids[eid] for eid in given_ids]
@@ -141,44 +161,44 @@ class Store:
         versions: dict[str, int] = {}
         now = datetime.now(UTC)
         rows: list[dict[str, Any]] = []
+        recorded: list[RecordedEvent] = []
         for item in prepared:
             if item.stream_id not in versions:
                 versions[item.stream_id] = stream_head(conn, item.stream_id)
             current = versions[item.stream_id]
             if item.expected_version is not None and item.expected_version != current:
                 raise ConcurrencyError(item.stream_id, item.expected_version, current)
-            for event_id, type_, schema_version, data, meta in item.events:
+            for event in item.events:
                 position += 1
                 current += 1
                 rows.append(
                     {
                         "position": position,
-                        "event_id": event_id,
+                        "event_id": event.event_id,
                         "stream_id": item.stream_id,
                         "stream_version": current,
-                        "type": type_,
-                        "schema_version": schema_version,
-                        "data": data,
-                        "meta": meta,
+                        "type": event.type,
+                        "schema_version": event.schema_version,
+                        "data": event.data_json,
+                        "meta": event.meta_json,
                         "recorded_at": now,
                     }
                 )
+                recorded.append(
+                    RecordedEvent(
+                        position=position,
+                        event_id=event.event_id,
+                        stream_id=item.stream_id,
+                        version=current,
+                        type=event.type,
+                        schema_version=event.schema_version,
+                        data=event.data,
+                        meta=event.meta,
+                        recorded_at=now,
+                    )
+                )
             versions[item.stream_id] = current
         conn.execute(insert(EVENTS), rows)
-        recorded = [
-            RecordedEvent(
-                position=r["position"],
-                event_id=r["event_id"],
-                stream_id=r["stream_id"],
-                version=r["stream_version"],
-                type=r["type"],
-                schema_version=r["schema_version"],
-                data=r["data"],
-                meta=r["meta"],
-                recorded_at=now,
-            )
-            for r in rows
-        ]
         self._projections.apply_inline(conn, previous_head, position, recorded)
         return recorded
 
@@ -224,13 +244,21 @@ class Store:
                 )
             registered = event_type(new.type)
             data = registered.validate(new.data)
-            if new.meta is not None and not isinstance(new.meta, Mapping):
+            data_json = dumps_json(data, what=f"event {new.type!r} data")
+            if new.meta is None:
+                meta, meta_json = self._origin, self._origin_json
+            elif isinstance(new.meta, Mapping):
+                meta = {**self._origin, **new.meta}
+                meta_json = dumps_json(meta, what=f"event {new.type!r} meta")
+            else:
                 raise EventValidationError(f"event {new.type!r}: meta must be a mapping")
-            meta = {**self._origin, **(new.meta or {})}
-            dumps_json(meta, what=f"event {new.type!r} meta")
             event_id = new_event_id() if new.event_id is None else check_event_id(new.event_id)
-            prepared.append((event_id, new.type, registered.schema_version, data, meta))
-        if len({eid for eid, *_ in prepared}) != len(prepared):
+            prepared.append(
+                _PreparedEvent(
+                    event_id, new.type, registered.schema_version, data, data_json, meta, meta_json
+                )
+            )
+        if len({e.event_id for e in prepared}) != len(prepared):
             raise EventValidationError(
                 f"stream {stream_id!r}: duplicate event_id within one append"
             )

@@ -268,3 +268,22 @@ def test_durability_sets_sqlite_synchronous(
         with store._reading() as conn:
             assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == synchronous
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+
+
+@pytest.mark.parametrize("where", ["data", "meta"])
+def test_nul_characters_are_refused_on_every_backend(store: Store, where: str) -> None:
+    event = (
+        NewEvent("test.added", {"amount": 1, "note": "a\x00b"})
+        if where == "data"
+        else NewEvent("test.added", {"amount": 1}, meta={"who": "\x00"})
+    )
+    with pytest.raises(EventValidationError, match="NUL"):
+        store.append("s", [event])
+    store.append("s", [NewEvent("test.added", {"amount": 1, "note": "a\\u0000b"})])
+    assert store.read_stream("s")[0].data["note"] == "a\\u0000b"
+
+
+def test_write_transaction_translates_driver_errors(store: Store) -> None:
+    store.append("s", [added(1)])
+    with pytest.raises(StoreError, match="append-only"), store.write_transaction() as conn:
+        conn.exec_driver_sql("DELETE FROM events")

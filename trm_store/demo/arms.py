@@ -1,0 +1,145 @@
+"""One arm of the demo's gate: ask every question of the units asked for, grade, record.
+
+Each question is one governed call (bounded concurrency shared by both arms). The breaker
+rejects and never queues, so waiting for it is the harness's job: a question waits while the
+breaker is open (or its one probe is out) before it calls, and a call refused anyway (it raced
+the breaker opening) is asked again, a bounded number of times. Any other `LLMError` (retries
+exhausted, a fatal 4xx) ends the question as INFRA `error`; a reply the grader cannot read ends
+it as INFRA `parse_error`. Every question's outcome is a prediction in the arm's run (`RunLog`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trm_gate import QuestionResult
+from trm_llm import (
+    ChatResult,
+    CircuitBreaker,
+    CircuitOpenError,
+    GovernedLLMClient,
+    LLMError,
+    RetriesExhausted,
+)
+from trm_store.demo.pool import Pool, Question
+from trm_store.demo.prompts import grade, messages
+from trm_store.domain.run_log import RunLog
+
+__all__ = ["BreakerWait", "DemoArm", "Requeue"]
+
+_MODEL_STOPS = frozenset({"length", "content_filter", "tool_calls"})
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """How often a refused question is asked again, and the longest wait for the breaker."""
+
+    max_times: int
+    max_wait_s: float
+    poll_s: float = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerWait:
+    """Waits, before a call, until `breaker` would admit one for `source` (or time runs out)."""
+
+    breaker: CircuitBreaker
+    source: str
+    requeue: Requeue
+
+    async def ready(self) -> None:
+        deadline = time.monotonic() + self.requeue.max_wait_s
+        while time.monotonic() < deadline:
+            now = time.time()  # the breaker runs on the client's clock: wall time
+            state = self.breaker.snapshot(self.source, now)
+            if state.state == "open" and now < state.open_until:
+                await asyncio.sleep(min(state.open_until - now, self.requeue.max_wait_s))
+            elif state.state == "half_open" and state.lease is not None:
+                await asyncio.sleep(self.requeue.poll_s)  # the probe is out: wait for its news
+            else:
+                return
+
+
+@dataclass
+class DemoArm:
+    """`evaluate` is the gate's `Arm.evaluate` for one prompt; counters feed the report."""
+
+    client: GovernedLLMClient
+    pool: Pool
+    system: str
+    salt: str
+    log: RunLog
+    limiter: asyncio.Semaphore
+    wait: BreakerWait
+    params: dict[str, Any]
+    on_answer: Callable[[], None] = lambda: None
+    asked: int = 0
+    requeued: int = 0
+    units: list[str] = field(default_factory=list)
+    stops: Counter[str] = field(default_factory=Counter)  # stop_reason -> questions
+
+    async def evaluate(self, unit_ids: Sequence[str]) -> list[QuestionResult]:
+        self.units.extend(unit_ids)
+        questions = [q for u in unit_ids for q in self.pool.unit(u)]
+        return list(await asyncio.gather(*(self._ask(q) for q in questions)))
+
+    async def _ask(self, q: Question) -> QuestionResult:
+        self.asked += 1
+        result: ChatResult | None = None
+        error: str | None = None
+        for attempt in range(self.wait.requeue.max_times + 1):
+            try:
+                async with self.limiter:  # wait for the breaker in line, not before it
+                    await self.wait.ready()
+                    result = await self.client.chat(
+                        messages(self.system, q.text), cache_salt=self.salt, **self.params
+                    )
+                break
+            except LLMError as e:
+                error = f"{type(e).__name__}: {e}"
+                if not _refused(e) or attempt == self.wait.requeue.max_times:
+                    break
+                self.requeued += 1
+        self.on_answer()
+        if result is None:
+            return self._record(q, None, None, "error", error=error)
+        graded = grade(result.content, q.answer)
+        fields = {"call_id": result.call_id, "cached": result.cached, "attempts": result.attempts}
+        if result.finish_reason in _MODEL_STOPS:  # the model's own failure unless still right
+            stop = result.finish_reason
+            return self._record(q, graded.prediction, bool(graded.correct), stop, **fields)
+        if graded.correct is None:
+            return self._record(q, None, None, "parse_error", reply=result.content[:200], **fields)
+        return self._record(q, graded.prediction, graded.correct, "stop", **fields)
+
+    def _record(
+        self,
+        q: Question,
+        prediction: str | None,
+        correct: bool | None,
+        stop_reason: str,
+        **fields: Any,
+    ) -> QuestionResult:
+        self.stops[stop_reason] += 1
+        self.log.record_prediction(
+            q.question_id,
+            unit_id=q.unit_id,
+            prediction=prediction,
+            correct=correct,
+            stop_reason=stop_reason,
+            expected=q.answer,
+            **fields,
+        )
+        return QuestionResult(q.question_id, q.unit_id, correct, stop_reason)
+
+
+def _refused(error: LLMError) -> bool:
+    """True if the breaker refused the call (no answer was judged bad: worth asking again)."""
+    if isinstance(error, CircuitOpenError):
+        return True
+    return isinstance(error, RetriesExhausted) and error.why == "circuit_open"
