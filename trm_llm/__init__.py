@@ -1,0 +1,46 @@
+"""trm_llm: a governed LLM client (SSE completeness, retries, circuit breaker, response cache)."""
+
+from trm_llm.breaker import CircuitBreaker
+from trm_llm.cache import CachedResponse, CacheKeyError, ResponseCache, build_cache_key
+from trm_llm.client import ChatResult, GovernedLLMClient
+from trm_llm.errors import (
+    CircuitOpenError,
+    FatalLLMError,
+    LLMError,
+    RetriesExhausted,
+    SseAnomaly,
+)
+from trm_llm.protocols import EventSink, LLMProvider
+from trm_llm.redis_cache import RedisResponseCache
+from trm_llm.retry import RetryPolicy, is_transient_error
+from trm_llm.settings import CacheTTLError, LLMSettings, LLMSettingsError, resolve_cache_ttl
+from trm_llm.sink import StoreEventSink
+from trm_llm.sqlite_cache import SqliteResponseCache
+from trm_llm.vision import VisionLLMClient
+
+__all__ = [
+    "CacheKeyError",
+    "CacheTTLError",
+    "CachedResponse",
+    "ChatResult",
+    "CircuitBreaker",
+    "CircuitOpenError",
+    "EventSink",
+    "FatalLLMError",
+    "GovernedLLMClient",
+    "LLMError",
+    "LLMProvider",
+    "LLMSettings",
+    "LLMSettingsError",
+    "RedisResponseCache",
+    "ResponseCache",
+    "RetriesExhausted",
+    "RetryPolicy",
+    "SqliteResponseCache",
+    "SseAnomaly",
+    "StoreEventSink",
+    "VisionLLMClient",
+    "build_cache_key",
+    "is_transient_error",
+    "resolve_cache_ttl",
+]

@@ -1,0 +1,79 @@
+"""The trm_llm exception tree; third-party errors are translated at the client boundary.
+
+```
+LLMError                      base of every error trm_llm raises on purpose
+├── SseAnomaly(.reason)       a 200 stream that is not a complete answer (transient: retried)
+├── FatalLLMError(.status)    no retry can fix it (400/401/403/404, other 4xx, quota
+│                             exhausted, wrong content type, unsupported protocol); not held
+│                             against the breaker
+├── CircuitOpenError          the breaker rejected the call; nothing was sent
+└── RetriesExhausted          transient failures until attempts or the deadline ran out, or
+        (.last_error, .why)   until they opened the breaker (why: attempts|deadline|circuit_open)
+```
+Messages carry the reason, status and endpoint; never a request header, so never the API key.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+__all__ = [
+    "SSE_ANOMALY_REASONS",
+    "AnomalyReason",
+    "CircuitOpenError",
+    "FatalLLMError",
+    "LLMError",
+    "RetriesExhausted",
+    "SseAnomaly",
+]
+
+AnomalyReason = Literal[
+    "truncated_no_done",
+    "error_payload",
+    "malformed_json",
+    "stall_first_token",
+    "stall_inter_token",
+]
+SSE_ANOMALY_REASONS: frozenset[str] = frozenset(get_args(AnomalyReason))
+
+
+class LLMError(Exception):
+    """Base class: catch this to handle every failure trm_llm reports."""
+
+
+class SseAnomaly(LLMError):
+    """The stream ended or stalled without a complete answer; `reason` says how."""
+
+    def __init__(self, reason: AnomalyReason, detail: str = "") -> None:
+        if reason not in SSE_ANOMALY_REASONS:
+            raise ValueError(f"unknown SSE anomaly reason {reason!r}")
+        self.reason: AnomalyReason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+class FatalLLMError(LLMError):
+    """A failure no retry can fix; `status` is the HTTP error status, None if it was no status
+    (a wrong content type on a 200, an unsupported URL scheme, a proxy error)."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class CircuitOpenError(LLMError):
+    """The circuit breaker for `source` is open (or a probe is already in flight)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        super().__init__(f"circuit open for source {source!r}; call not sent")
+
+
+class RetriesExhausted(LLMError):
+    """Every allowed attempt failed transiently; `last_error` is the final failure."""
+
+    def __init__(self, last_error: BaseException, *, attempts: int, why: str) -> None:
+        self.last_error = last_error
+        self.attempts = attempts
+        self.why = why
+        super().__init__(f"gave up after {attempts} attempt(s) ({why}); last error: {last_error!r}")

@@ -1,0 +1,340 @@
+"""The governance loop of one `chat()` call, apart from HTTP: cache, breaker, retries, events.
+
+Per call: cache lookup (a hit returns at once) -> breaker admission -> one streamed attempt ->
+on a transient failure tell the breaker, ask the `RetryPolicy`, sleep, try again; on a fatal
+one stop -> cache only a complete answer -> exactly one `call_completed` or `call_failed` event
+(payloads in `trm_llm.sink`). The retry deadline and the breaker read `clock`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import httpx
+
+from trm_llm.breaker import Admission, CircuitBreaker, Transition
+from trm_llm.cache import CachedResponse, ResponseCache
+from trm_llm.errors import CircuitOpenError, FatalLLMError, LLMError, RetriesExhausted, SseAnomaly
+from trm_llm.protocols import ChatResult, EventSink
+from trm_llm.retry import GiveUp, RetryPolicy, Sleep, is_transient_error, retry_after_of
+from trm_llm.sse import StreamResult
+from trm_llm.stream import StreamTiming
+
+__all__ = ["Governor"]
+
+logger = logging.getLogger("trm_llm.client")
+
+Attempt = Callable[[dict[str, Any], StreamTiming], Awaitable[StreamResult]]
+
+
+@dataclass
+class _Attempt:
+    n: int
+    outcome: Literal["ok", "retry", "failed"] = "failed"
+    reason: str | None = None
+    status: int | None = None
+    latency_ms: float = 0.0
+    tokens_discarded: int = 0
+    sleep_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Governor:
+    """Everything a call needs besides HTTP; `attempt` sends one request and reads it."""
+
+    model: str
+    source: str
+    endpoint: str  # for the cache key: the base URL as configured
+    shown_endpoint: str  # for events and messages: userinfo removed
+    profile: str
+    attempt: Attempt
+    redact: Callable[[str], str]
+    cache: ResponseCache | None
+    breaker: CircuitBreaker | None
+    retry: RetryPolicy
+    sink: EventSink | None
+    cache_length: bool
+    clock: Callable[[], float]
+    sleep: Callable[[float], Awaitable[None]]
+    rand: Callable[[], float]
+
+    async def run(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        params: dict[str, Any],
+        parent_call_id: str | None,
+        cache_salt: str | None,
+    ) -> ChatResult:
+        """One governed call (see the module docstring)."""
+        return await _Call(self, messages, params, parent_call_id, cache_salt).run()
+
+    def report(self, event_type: str, data: Mapping[str, Any]) -> None:
+        """Emit to the sink; a failing sink is logged, never allowed to fail the call."""
+        if self.sink is None:
+            return
+        try:
+            self.sink.emit(self.source, event_type, data)
+        except Exception:
+            logger.exception("event sink failed to record %s for %s", event_type, self.source)
+
+
+class _Call:
+    """The state of one `chat()` call: its attempts, its admission, its single final event."""
+
+    def __init__(
+        self,
+        governor: Governor,
+        messages: Sequence[Mapping[str, Any]],
+        params: dict[str, Any],
+        parent_call_id: str | None,
+        cache_salt: str | None,
+    ) -> None:
+        self.g = governor
+        self.messages = messages
+        self.params = params
+        self.call_id = uuid.uuid4().hex
+        self.started = time.perf_counter()
+        self.attempts: list[_Attempt] = []
+        self.reported = False  # the call's one event has been sent
+        self.base: dict[str, Any] = {
+            "call_id": self.call_id,
+            "parent_call_id": parent_call_id,
+            "model": governor.model,
+            "endpoint": governor.shown_endpoint,
+            "profile": governor.profile,
+            "cache": "off" if governor.cache is None else "miss",
+            "cache_salt": cache_salt,
+        }
+
+    async def run(self) -> ChatResult:
+        g = self.g
+        key = None
+        if g.cache is not None:
+            key = g.cache.build_key(
+                g.model, self.messages, self.base["cache_salt"], self.params, endpoint=g.endpoint
+            )
+            hit = await g.cache.get(key)
+            if hit is not None:
+                return self._hit(hit)
+        body = {"model": g.model, "messages": list(self.messages), **self.params, "stream": True}
+        start_clock = g.clock()
+        try:
+            while True:
+                admission = self._admit()
+                if not admission.allowed:
+                    raise self._circuit_open()
+                attempt = _Attempt(len(self.attempts) + 1)
+                self.attempts.append(attempt)
+                timing = StreamTiming()
+                t0 = time.perf_counter()
+                try:
+                    result = await g.attempt(body, timing)
+                except Exception as exc:
+                    attempt.latency_ms, attempt.status = _ms(t0), timing.status
+                    attempt.reason, attempt.tokens_discarded = _reason(exc), timing.text_events
+                    decision = self._judge(exc, admission, start_clock)
+                    if isinstance(decision, GiveUp):
+                        raise self._give_up(exc, decision) from exc
+                    attempt.outcome, attempt.sleep_s = "retry", decision.delay_s
+                    await g.sleep(decision.delay_s)
+                    continue
+                except BaseException:
+                    attempt.latency_ms, attempt.reason = _ms(t0), "cancelled"
+                    self._release(admission)  # nothing was learned about the provider
+                    raise
+                attempt.outcome, attempt.latency_ms, attempt.status = "ok", _ms(t0), timing.status
+                self._breaker_event(g.breaker.record_success(g.source) if g.breaker else None)
+                return await self._complete(result, timing, key)
+        except BaseException as exc:  # cancelled, or a bug: still exactly one event per call
+            if not self.reported:
+                cancelled = not isinstance(exc, Exception)
+                error = "cancelled" if cancelled else "unexpected"
+                reason = error if cancelled else type(exc).__name__
+                self._fail(error, reason, None, g.redact(str(exc)))
+            raise
+
+    def _admit(self) -> Admission:
+        breaker = self.g.breaker
+        if breaker is None:
+            return Admission(True)
+        admission = breaker.admit(self.g.source, self.g.clock())
+        self._breaker_event(admission.transition)
+        return admission
+
+    def _release(self, admission: Admission) -> None:
+        if self.g.breaker is not None and admission.probe_token is not None:
+            self.g.breaker.release_probe(self.g.source, admission.probe_token)
+
+    def _judge(self, exc: Exception, admission: Admission, start_clock: float) -> Sleep | GiveUp:
+        """Tell the breaker what happened, then ask the retry policy what to do."""
+        g = self.g
+        now = g.clock()
+        if is_transient_error(exc) and g.breaker is not None:
+            self._breaker_event(g.breaker.record_failure(g.source, now))
+        else:
+            self._release(admission)
+        return g.retry.decide(
+            attempt=len(self.attempts),
+            error=exc,
+            elapsed_s=now - start_clock,
+            rand=g.rand(),
+            retry_after_s=retry_after_of(exc, now=time.time()),  # HTTP-dates are wall time
+        )
+
+    def _give_up(self, exc: Exception, decision: GiveUp) -> Exception:
+        """The error to raise after the final attempt, its `call_failed` event already sent."""
+        status = exc.response.status_code if isinstance(exc, httpx.HTTPStatusError) else None
+        detail = self.g.redact(_describe(exc))
+        if decision.why != "fatal":
+            self._fail("retries_exhausted", _reason(exc), status, detail)
+            error: LLMError = RetriesExhausted(exc, attempts=len(self.attempts), why=decision.why)
+        elif isinstance(exc, httpx.HTTPStatusError | httpx.TransportError):
+            self._fail("fatal", _reason(exc), status, detail)
+            error = FatalLLMError(
+                f"{_reason(exc)} from {self.g.shown_endpoint}: {detail}", status=status
+            )
+        else:
+            return exc  # not ours to translate: run() reports it as "unexpected"
+        return error
+
+    def _circuit_open(self) -> Exception:
+        error = CircuitOpenError(self.g.source)
+        if not self.attempts:
+            self._fail("circuit_open", "circuit_open", None, str(error))
+            return error
+        # Our own failures opened it mid-call: report them, not only the rejection.
+        last = self.attempts[-1]
+        self._fail("retries_exhausted", last.reason or "circuit_open", last.status, str(error))
+        return RetriesExhausted(error, attempts=len(self.attempts), why="circuit_open")
+
+    def _fail(self, error: str, reason: str, status: int | None, detail: str) -> None:
+        self.reported = True
+        if self.g.sink is None:
+            return
+        if self.attempts and self.attempts[-1].outcome != "retry":
+            self.attempts[-1].outcome = "failed"
+        self.g.report(
+            "call_failed",
+            {
+                **self.base,
+                "latency_ms": _ms(self.started),
+                "attempts": [asdict(a) for a in self.attempts],
+                "error": error,
+                "reason": reason,
+                "status": status,
+                "detail": detail[:300],
+            },
+        )
+
+    def _hit(self, hit: CachedResponse) -> ChatResult:
+        self.base["cache"] = "hit"
+        self._completed(hit.finish_reason, hit.usage, None, None, None)
+        return ChatResult(
+            content=hit.content,
+            reasoning=hit.reasoning,
+            finish_reason=hit.finish_reason,
+            usage=hit.usage,
+            cached=True,
+            attempts=0,
+            call_id=self.call_id,
+            ttft_ms=None,
+            max_inter_token_ms=None,
+        )
+
+    async def _complete(
+        self, result: StreamResult, timing: StreamTiming, key: str | None
+    ) -> ChatResult:
+        cache_write = None
+        if self.g.cache is not None and key is not None:
+            cache_write = "skipped"
+            if result.finish_reason == "stop" or (
+                result.finish_reason == "length" and self.g.cache_length
+            ):
+                value = CachedResponse(
+                    content=result.content,
+                    reasoning=result.reasoning,
+                    finish_reason=result.finish_reason,
+                    usage=result.usage,
+                    model=result.model or self.g.model,
+                )
+                cache_write = "written" if await self.g.cache.set(key, value) else "failed"
+        self._completed(
+            result.finish_reason, result.usage, timing.ttft_ms, timing.max_gap_ms, cache_write
+        )
+        return ChatResult(
+            content=result.content,
+            reasoning=result.reasoning,
+            finish_reason=result.finish_reason,
+            usage=result.usage,
+            cached=False,
+            attempts=len(self.attempts),
+            call_id=self.call_id,
+            ttft_ms=timing.ttft_ms,
+            max_inter_token_ms=timing.max_gap_ms,
+        )
+
+    def _completed(
+        self,
+        finish_reason: str,
+        usage: dict[str, Any] | None,
+        ttft_ms: float | None,
+        max_gap_ms: float | None,
+        cache_write: str | None,
+    ) -> None:
+        self.reported = True
+        if self.g.sink is None:
+            return
+        self.g.report(
+            "call_completed",
+            {
+                **self.base,
+                "cache_write": cache_write,
+                "finish_reason": finish_reason,
+                "usage": usage,
+                "ttft_ms": ttft_ms,
+                "max_inter_token_ms": max_gap_ms,
+                "latency_ms": _ms(self.started),
+                "attempts": [asdict(a) for a in self.attempts],
+            },
+        )
+
+    def _breaker_event(self, transition: Transition | None) -> None:
+        if transition is None:
+            return
+        self.g.report(
+            "breaker_changed",
+            {
+                "from_state": transition.from_state,
+                "to_state": transition.to_state,
+                "failures": transition.failures,
+                "at": transition.at,
+                "call_id": self.call_id,
+            },
+        )
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, SseAnomaly):
+        return exc.reason
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"http_{exc.response.status_code}"
+    return type(exc).__name__
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, httpx.HTTPStatusError):
+        try:
+            body = exc.response.text
+        except httpx.ResponseNotRead:
+            body = ""
+        return f"{exc} {body[:200]}".strip()
+    return str(exc) or type(exc).__name__
+
+
+def _ms(since: float) -> float:
+    return round((time.perf_counter() - since) * 1000, 3)

@@ -1,0 +1,258 @@
+"""Pure SSE decoding and the completeness check of a chat-completion stream (no I/O).
+
+`SseDecoder` turns bytes into events as the SSE spec frames them, with one deliberate exception:
+an unframed `data: [DONE]` at the very end of the body (llama.cpp's server sends no blank line
+after it) is still dispatched, because httpx-sse's decoder only dispatches on a blank line and
+would lose it. Any other unframed trailing event is dropped, as the spec says.
+`StreamAccumulator` folds data payloads into an answer and raises `SseAnomaly` as soon as an
+error shape appears; `finish()` raises unless the stream is complete under the profile.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from httpx_sse import ServerSentEvent
+
+from trm_llm.errors import SseAnomaly
+
+__all__ = [
+    "PROFILES",
+    "SseDecoder",
+    "SseProfile",
+    "StreamAccumulator",
+    "StreamResult",
+    "get_profile",
+    "parse_stream",
+]
+
+DONE = "[DONE]"
+_ERROR_FINISHES = frozenset({"error", "abort"})
+
+
+@dataclass(frozen=True)
+class SseProfile:
+    """A server dialect: what a complete stream must show. "strict" is the default."""
+
+    name: str
+    require_done: bool = True
+    require_finish_reason: bool = True
+
+
+PROFILES: dict[str, SseProfile] = {
+    "strict": SseProfile("strict"),
+    # Servers that end a complete answer with finish_reason null and no [DONE]: a clean end of
+    # body counts as finish "stop". Only for servers known to speak this way.
+    "lenient_finish_null": SseProfile(
+        "lenient_finish_null", require_done=False, require_finish_reason=False
+    ),
+}
+
+
+def get_profile(name: str) -> SseProfile:
+    """Look a profile up by name; an unknown name is refused with the known ones."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(f"unknown SSE profile {name!r}; known: {sorted(PROFILES)}") from None
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    """A complete answer: choice 0's text, apart from its reasoning."""
+
+    content: str
+    reasoning: str | None
+    finish_reason: str
+    usage: dict[str, Any] | None
+    model: str | None
+
+
+class SseDecoder:
+    """Bytes in, events out; lines end at CRLF, LF or CR, even when split across chunks."""
+
+    def __init__(self) -> None:
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._tail = ""
+        self._event = ""
+        self._data: list[str] = []
+
+    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
+        """Decode one chunk; return the events it completed."""
+        text = self._tail + self._utf8.decode(chunk)
+        held_cr = text.endswith("\r")  # may be half of a CRLF: decide with the next chunk
+        if held_cr:
+            text = text[:-1]
+        lines = _split_lines(text)
+        self._tail = lines.pop() + ("\r" if held_cr else "")
+        return self._lines(lines)
+
+    def end(self) -> list[ServerSentEvent]:
+        """End of body: dispatch a pending unframed `[DONE]`; drop any other pending event."""
+        text = self._tail + self._utf8.decode(b"", final=True)
+        self._tail = ""
+        lines = _split_lines(text)
+        last = lines.pop()
+        events = self._lines(lines)
+        if last:
+            self._line(last)
+        data, self._data, self._event = self._data, [], ""
+        return [*events, ServerSentEvent(data=DONE)] if data == [DONE] else events
+
+    def _lines(self, lines: list[str]) -> list[ServerSentEvent]:
+        events: list[ServerSentEvent] = []
+        for line in lines:
+            if line.startswith("data: "):  # the hot path: one data line of an event
+                self._data.append(line[6:])
+                continue
+            event = self._line(line)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def _line(self, line: str) -> ServerSentEvent | None:
+        if not line:
+            if not self._data:
+                self._event = ""
+                return None
+            data = self._data[0] if len(self._data) == 1 else "\n".join(self._data)
+            event = ServerSentEvent(event=self._event, data=data)
+            self._event, self._data = "", []
+            return event
+        if line.startswith(":"):
+            return None
+        field, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if field == "data":
+            self._data.append(value)
+        elif field == "event":
+            self._event = value
+        return None
+
+
+class StreamAccumulator:
+    """Folds data payloads into an answer; raises `SseAnomaly` on an error shape or bad JSON."""
+
+    def __init__(self, profile: SseProfile) -> None:
+        self.profile = profile
+        self.done = False
+        self.text_events = 0
+        self._content: dict[int, list[str]] = {}
+        self._reasoning: dict[int, list[str]] = {}
+        self._finish: dict[int, str | None] = {}
+        self._usage: dict[str, Any] | None = None
+        self._model: str | None = None
+
+    def feed_event(self, event: ServerSentEvent) -> bool:
+        """Feed one event; a named `error` event is an error payload."""
+        if event.event == "error":
+            raise SseAnomaly("error_payload", "event: error")
+        return self.feed(event.data)
+
+    def feed(self, data: str) -> bool:
+        """Feed one data payload; return True if it carried content or reasoning text."""
+        if self.done:
+            return False
+        if data == DONE:
+            self.done = True
+            return False
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            raise SseAnomaly("malformed_json", "data is not JSON") from None
+        if not isinstance(obj, dict):
+            raise SseAnomaly("malformed_json", "data is not a JSON object")
+        if "error" in obj or obj.get("object") == "error":
+            raise SseAnomaly("error_payload", _short(obj.get("error") or obj.get("message")))
+        model = obj.get("model")
+        if isinstance(model, str):
+            self._model = model
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            self._usage = usage
+        choices = obj.get("choices", [])
+        if not isinstance(choices, list):
+            raise SseAnomaly("malformed_json", "choices is not a list")
+        carried = False
+        for choice in choices:
+            carried = self._choice(choice) or carried
+        if carried:
+            self.text_events += 1
+        return carried
+
+    def _choice(self, choice: Any) -> bool:
+        if not isinstance(choice, dict):
+            raise SseAnomaly("malformed_json", "a choice is not an object")
+        delta = choice.get("delta") or {}
+        index = choice.get("index", 0)
+        finish = choice.get("finish_reason")
+        if not isinstance(delta, dict) or type(index) is not int:
+            raise SseAnomaly("malformed_json", "a choice has a bad delta or index")
+        if finish is None:
+            self._finish.setdefault(index, None)
+        elif finish in _ERROR_FINISHES:
+            raise SseAnomaly("error_payload", f"finish_reason {finish}")
+        elif isinstance(finish, str):
+            self._finish[index] = finish
+        else:
+            raise SseAnomaly("malformed_json", "finish_reason is not a string")
+        carried = False
+        text = delta.get("content")
+        if text and isinstance(text, str):
+            self._content.setdefault(index, []).append(text)
+            carried = True
+        # Servers name it reasoning_content (vLLM, DeepSeek) or reasoning (OpenRouter); a proxy
+        # that sends both sends the same text twice, so take one.
+        text = delta.get("reasoning_content") or delta.get("reasoning")
+        if text and isinstance(text, str):
+            self._reasoning.setdefault(index, []).append(text)
+            carried = True
+        return carried
+
+    def finish(self) -> StreamResult:
+        """The answer, if the stream is complete under the profile; else `SseAnomaly`."""
+        if self.profile.require_done and not self.done:
+            raise SseAnomaly("truncated_no_done", "stream ended without [DONE]")
+        if not self._finish:
+            raise SseAnomaly("truncated_no_done", "no choice was streamed")
+        unfinished = sorted(i for i, f in self._finish.items() if f is None)
+        if unfinished and self.profile.require_finish_reason:
+            raise SseAnomaly("truncated_no_done", f"choices {unfinished} have no finish_reason")
+        first = min(self._finish)
+        reasoning = self._reasoning.get(first)
+        return StreamResult(
+            content="".join(self._content.get(first, [])),
+            reasoning="".join(reasoning) if reasoning else None,
+            finish_reason=self._finish[first] or "stop",
+            usage=self._usage,
+            model=self._model,
+        )
+
+
+def parse_stream(chunks: Iterable[bytes], profile: str = "strict") -> StreamResult:
+    """Decode and check a whole body given as chunks (the client does the same, with timers)."""
+    decoder = SseDecoder()
+    acc = StreamAccumulator(get_profile(profile))
+    for piece in chunks:
+        for event in decoder.feed(piece):
+            acc.feed_event(event)
+    for event in decoder.end():
+        acc.feed_event(event)
+    return acc.finish()
+
+
+def _split_lines(text: str) -> list[str]:
+    """Split on CRLF, LF or CR only (not on the other characters str.splitlines knows)."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text.split("\n")
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text[:200]
