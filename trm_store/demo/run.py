@@ -24,7 +24,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from trm_store.cli_gate_report import load_report
 from trm_store.demo.arms import BreakerWait, DemoArm, Requeue
 from trm_store.demo.faults import FaultPlan
 from trm_store.demo.model import SimulatedModel
+from trm_store.demo.outcome import ArmSummary, DemoOptions, DemoOutcome, Endpoint
 from trm_store.demo.pool import POOL_VERSION, demo_pool
 from trm_store.demo.prompts import (
     GRADER_VERSION,
@@ -51,7 +51,7 @@ from trm_store.demo.prompts import (
     candidate_prompt,
 )
 from trm_store.demo.server import SIMULATED_BASE_URL, DemoServer, loopback_http
-from trm_store.demo.stats import CallStats, collect
+from trm_store.demo.stats import collect
 from trm_store.domain.errors import UnknownWorkspaceError
 from trm_store.domain.metrics import write_dual_metric
 from trm_store.domain.run_log import RunLog
@@ -65,83 +65,13 @@ from trm_store.domain.workspace import (
 )
 from trm_store.store import Store, default_url, open_store
 
-__all__ = ["ArmSummary", "DemoOptions", "DemoOutcome", "Endpoint", "run_demo"]
+__all__ = ["cache_path_for", "run_demo", "snapshot"]
 
 WORKSPACE = "trm-demo"
 BLOCK_SIZE = 12
 REQUEUE = Requeue(max_times=5, max_wait_s=20.0)
 CACHE_TTL_S = 7 * 86400
 SIM_STALL_S = 1.5  # the simulated server's stalls; its client gives up on silence much sooner
-
-
-@dataclass(frozen=True, slots=True)
-class DemoOptions:
-    """What `trm demo` was asked for; base_url None = the simulated model."""
-
-    db: str | None = None
-    base_url: str | None = None
-    model: str | None = None
-    api_key: str | None = None
-    seed: int = 7
-    concurrency: int = 8
-    max_tokens: int = 64
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """Where the answers come from; `served_at` is the simulated server's real loopback URL."""
-
-    base_url: str
-    model: str
-    simulated: bool
-    served_at: str | None = None
-
-
-@dataclass(frozen=True)
-class ArmSummary:
-    """One arm of the run: its run id, prompt, snapshot, salt, and what it evaluated."""
-
-    run_id: str
-    prompt: Prompt
-    snapshot: str
-    salt: str
-    units: list[str]  # units evaluated in this run (baseline: cache misses only)
-    questions: int
-    stops: dict[str, int]  # stop_reason -> questions
-    requeued: int  # calls the open breaker refused, asked again
-
-
-@dataclass(frozen=True)
-class DemoOutcome:
-    """Everything the report shows."""
-
-    result: GateResult
-    report: dict[str, Any]  # the gate's own report (blocks, e-value path) from its events
-    store_url: str
-    cache_path: Path
-    endpoint: Endpoint
-    workspace: str
-    epoch: int
-    baseline: ArmSummary
-    candidate: ArmSummary
-    baseline_cached: int  # baseline units this run added to the baseline cache
-    calls: CallStats
-    injected: dict[str, int] | None  # faults the simulated server injected
-    events: int
-    elapsed_s: float
-
-    @property
-    def streams(self) -> list[str]:
-        """The streams this run wrote to."""
-        return [
-            f"gate:{self.result.gate_id}",
-            f"run:{self.baseline.run_id}",
-            f"run:{self.candidate.run_id}",
-            f"llm:{self.endpoint.model}",
-            f"baseline:{self.baseline.snapshot}",
-            f"workspace:{self.workspace}",
-            f"metrics:{self.candidate.run_id}",
-        ]
 
 
 def cache_path_for(store_url: str) -> Path:
