@@ -39,10 +39,13 @@ _TYPE_NAME_MAX = 128
 
 @dataclass(frozen=True, slots=True)
 class NewEvent:
-    """An event to append. `event_id` makes a retried append exactly-once; None draws a UUID."""
+    """An event to append. `event_id` makes a retried append exactly-once; None draws a UUID.
+
+    `data` is a mapping, or an instance of the type's registered model (validated already).
+    """
 
     type: str
-    data: Mapping[str, Any]
+    data: Mapping[str, Any] | BaseModel
     meta: Mapping[str, Any] | None = None
     event_id: str | None = None
 
@@ -71,8 +74,10 @@ class EventType:
     schema_version: int = 1
     upcast: Upcaster | None = field(default=None)
 
-    def validate(self, data: Mapping[str, Any]) -> dict[str, Any]:
+    def validate(self, data: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
         """Validate `data` against the model; return its normal form (dumps_json checks it)."""
+        if isinstance(data, self.model):  # validated already by the caller's own model
+            return data.model_dump(mode="json")
         if not isinstance(data, Mapping):
             raise EventValidationError(
                 f"event {self.name!r}: data must be a mapping, got {type(data).__name__}"

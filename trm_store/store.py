@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from sqlalchemy import Connection, Table, insert
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from trm_store import domain
 from trm_store.backend import Backend, Durability, create_backend
@@ -74,6 +74,12 @@ class _Prepared:
     stream_id: str
     expected_version: int | None
     events: list[_PreparedEvent]
+    ids_given: bool
+    """True when the caller chose any of the event ids (a possible retry)."""
+
+
+class _EventIdTaken(Exception):
+    """An event id of the append is in the log already; the transaction rolled back."""
 
 
 class Store:
@@ -130,8 +136,36 @@ class Store:
         try:
             with self.write_transaction() as conn:
                 return self._append_locked(conn, prepared)
-        except SQLAlchemyError as e:
-            raise self._translate(e) from e
+        except (ConcurrencyError, _EventIdTaken) as e:
+            # Optimistic idempotence: only a failed append pays for looking its ids up.
+            recorded = self._already_recorded(prepared)
+            if recorded is not None:
+                return recorded
+            if isinstance(e, ConcurrencyError):
+                raise
+            raise EventValidationError(
+                "some of these event ids are recorded already: a retried append must resend "
+                "exactly the same events"
+            ) from None
+
+    def _already_recorded(self, prepared: Sequence[_Prepared]) -> list[RecordedEvent] | None:
+        """The recorded events if every caller-given id of this append is in the log, else None.
+
+        Raises EventValidationError when only some of them are.
+        """
+        if not any(p.ids_given for p in prepared):
+            return None
+        ids = [e.event_id for p in prepared for e in p.events]
+        with self._reading() as conn:
+            found = events_by_id(conn, ids)
+        if not found:
+            return None
+        if len(found) < len(ids):
+            raise EventValidationError(
+                f"{len(found)} of {len(ids)} event ids are recorded already: a retried append "
+                "must resend exactly the same events"
+            )
+        return [found[eid] for eid in ids]
 
     @contextmanager
     def write_transaction(self) -> Iterator[Connection]:
@@ -148,14 +182,6 @@ class Store:
     def _append_locked(
         self, conn: Connection, prepared: Sequence[_Prepared]
     ) -> list[RecordedEvent]:
-        given_ids = [e.event_id for p in prepared for e in p.events]
-        if any_ids := events_by_id(conn, given_ids):
-            if len(any_ids) == len(given_ids):
-                return [any_ids[eid] for eid in given_ids]
-            raise EventValidationError(
-                f"{len(any_ids)} of {len(given_ids)} event ids are recorded already: a retried "
-                "append must resend exactly the same events"
-            )
         previous_head = head(conn)
         position = previous_head
         versions: dict[str, int] = {}
@@ -198,7 +224,12 @@ class Store:
                     )
                 )
             versions[item.stream_id] = current
-        conn.execute(insert(EVENTS), rows)
+        try:
+            conn.execute(insert(EVENTS), rows)
+        except IntegrityError as e:
+            if "event_id" in str(e.orig):
+                raise _EventIdTaken from e
+            raise
         self._projections.apply_inline(conn, previous_head, position, recorded)
         return recorded
 
@@ -262,7 +293,8 @@ class Store:
             raise EventValidationError(
                 f"stream {stream_id!r}: duplicate event_id within one append"
             )
-        return _Prepared(stream_id, expected_version, prepared)
+        ids_given = any(new.event_id is not None for new in events)
+        return _Prepared(stream_id, expected_version, prepared, ids_given)
 
     # -- reading --------------------------------------------------------------------------------
 
