@@ -64,11 +64,12 @@ __all__ = ["StoreEventSink"]
 
 
 class StoreEventSink:
-    """An `EventSink` that appends one event per `emit` to stream `llm:{source}`."""
+    """An `EventSink` that appends one event per `emit` to stream `llm:{source}`, its type
+    prefixed like every stored type (`call_completed` is stored as `llm.call_completed`)."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
 
     def emit(self, source: str, event_type: str, data: Mapping[str, Any]) -> None:
         """Append now (synchronously); store errors propagate to the caller, which logs them."""
-        self._store.append(f"llm:{source}", [NewEvent(event_type, dict(data))])
+        self._store.append(f"llm:{source}", [NewEvent(f"llm.{event_type}", dict(data))])

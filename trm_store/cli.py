@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from trm_store import cli_gate_report, cli_replay
+from trm_store import cli_diagnose, cli_gate_report, cli_llm_stats, cli_replay, cli_runs
 from trm_store.errors import StoreError
 
 __all__ = ["main"]
@@ -17,8 +17,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="trm", description="Keep an LLM optimisation loop's training signal honest."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    cli_replay.add_parser(commands)
+    cli_runs.add_parser(commands)
     cli_gate_report.add_parser(commands)
+    cli_llm_stats.add_parser(commands)
+    cli_diagnose.add_parser(commands)
+    cli_replay.add_parser(commands)
     return parser
 
 

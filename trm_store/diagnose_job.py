@@ -12,7 +12,9 @@ Decisions a user should know:
   it is a model outcome, not an infrastructure one; `--retry-uncertain` is how it is asked again.
 - A call that fails (retries exhausted, breaker open, a fatal 4xx) records nothing: an
   infrastructure failure is never a label. The item stays undone for the next run. A fatal error
-  or an open breaker stops the job from starting new items (every one would fail the same way).
+  about the endpoint (401, 403, 404, quota) or an open breaker stops the job from starting new
+  items, as every one would fail the same way; a 400/413/422 may be about one prompt only, so
+  only that item fails.
 - The cache salt is `trm-diagnose:{run_id}:a{n}`, n = diagnoses already recorded for the item: a
   rerun after a crash reuses an answer that completed but was not recorded, while a retry of an
   uncertain item (n >= 1) samples afresh instead of replaying the cached uncertain answer.
@@ -67,6 +69,8 @@ $fields
 Reply with exactly one word, one of: $tiers.
 Say "uncertain" if the item does not let you tell.
 """
+PER_ITEM_STATUSES = frozenset({400, 413, 422})
+"""Fatal statuses that may be about one request (a prompt too long), not the endpoint."""
 ANSWER_KEPT = 500
 """Characters of the answer kept in a diagnosis's detail."""
 
@@ -290,6 +294,18 @@ class Summary:
         }
 
 
+def _failed(summary: Summary, error: LLMError) -> None:
+    """Count a failed call; stop the job if every other item would fail the same way."""
+    kind = type(error).__name__
+    if isinstance(error, FatalLLMError) and error.status in PER_ITEM_STATUSES:
+        summary.failed[f"{kind} http_{error.status}"] += 1
+        return
+    summary.failed[kind] += 1
+    if isinstance(error, FatalLLMError | CircuitOpenError) and summary.stopped is None:
+        summary.stopped = f"{kind}: {error}"
+        summary.fatal = isinstance(error, FatalLLMError)
+
+
 async def diagnose(
     store: Store,
     provider: LLMProvider,
@@ -299,7 +315,6 @@ async def diagnose(
     template: PromptTemplate,
     retry_uncertain: bool = False,
     concurrency: int = 4,
-    params: Mapping[str, Any] | None = None,
     on_start: Callable[[int], None] | None = None,
     on_item: Callable[[], None] | None = None,
 ) -> Summary:
@@ -322,14 +337,9 @@ async def diagnose(
         salt = f"trm-diagnose:{run_id}:a{recorded.get(item.question_id, 0)}"
         messages = [{"role": "user", "content": template.render(item)}]
         try:
-            answer = await provider.chat(messages, cache_salt=salt, **dict(params or {}))
-        except (FatalLLMError, CircuitOpenError) as e:
-            summary.failed[type(e).__name__] += 1
-            summary.stopped = summary.stopped or f"{type(e).__name__}: {e}"
-            summary.fatal = summary.fatal or isinstance(e, FatalLLMError)
-            return
+            answer = await provider.chat(messages, cache_salt=salt)
         except LLMError as e:
-            summary.failed[type(e).__name__] += 1
+            _failed(summary, e)
             return
         parsed = parse_tier(answer.content, template.tiers)
         detail = {

@@ -42,11 +42,11 @@ async def test_calls_and_breaker_changes_are_recorded(
         await client.chat(USER)
     events = store.read_stream("llm:sim")
     assert [e.type for e in events] == [
-        "breaker_changed",
-        "breaker_changed",
-        "breaker_changed",
-        "call_completed",
-        "call_failed",
+        "llm.breaker_changed",
+        "llm.breaker_changed",
+        "llm.breaker_changed",
+        "llm.call_completed",
+        "llm.call_failed",
     ]
     completed = events[3].data
     assert completed["call_id"] == ok.call_id and completed["cache_salt"] == "run:e1"
@@ -84,6 +84,6 @@ async def test_cache_events_go_to_the_cache_stream(
             await redis.delete(cache.redis_key(key))
             await redis.aclose()
         assert again.cached is False and server.request_count == 2
-        assert [e.type for e in store.read_stream("llm:cache")] == ["cache_corrupt"]
+        assert [e.type for e in store.read_stream("llm:cache")] == ["llm.cache_corrupt"]
         assert [p["cause"] for p in cache_problems(store)] == ["bad_json"]
         assert [r["cache_write"] for r in llm_calls(store)] == ["written", "written"]

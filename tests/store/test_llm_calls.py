@@ -101,7 +101,7 @@ def test_a_completed_call_is_one_row(store: Store) -> None:
     assert (row["prompt_tokens"], row["completion_tokens"], row["total_tokens"]) == (5, 7, 12)
     assert (row["latency_ms"], row["ttft_ms"], row["finish_reason"]) == (250.0, 40.0, "stop")
     assert row["position"] == store.head_position()
-    assert store.read_stream("llm:gpt")[0].type == "call_completed"
+    assert store.read_stream("llm:gpt")[0].type == "llm.call_completed"
 
 
 def test_a_cache_hit_has_no_attempts(store: Store) -> None:
@@ -222,7 +222,7 @@ async def test_cache_problems_from_a_real_cache(store: Store, tmp_path: Path) ->
         KEY,
     )
     assert problem["cause"] == "OperationalError"
-    assert store.read_stream("llm:cache")[0].type == "cache_write_failed"
+    assert store.read_stream("llm:cache")[0].type == "llm.cache_write_failed"
 
 
 @pytest.fixture

@@ -134,12 +134,12 @@ class CacheIOFailed(_CacheProblem):
     error: _Short
 
 
-CALL_COMPLETED = "call_completed"
-CALL_FAILED = "call_failed"
-BREAKER_CHANGED = "breaker_changed"
-CACHE_CORRUPT = "cache_corrupt"
-CACHE_READ_FAILED = "cache_read_failed"
-CACHE_WRITE_FAILED = "cache_write_failed"
+CALL_COMPLETED = "llm.call_completed"
+CALL_FAILED = "llm.call_failed"
+BREAKER_CHANGED = "llm.breaker_changed"
+CACHE_CORRUPT = "llm.cache_corrupt"
+CACHE_READ_FAILED = "llm.cache_read_failed"
+CACHE_WRITE_FAILED = "llm.cache_write_failed"
 register_event_type(CALL_COMPLETED, CallCompleted)
 register_event_type(CALL_FAILED, CallFailed)
 register_event_type(BREAKER_CHANGED, BreakerChanged)
@@ -158,7 +158,7 @@ class LLMCallsProjection(Projection):
     """`llm_calls`, `llm_breaker_transitions` and `llm_cache_problems` (see the module doc)."""
 
     name: ClassVar[str] = PROJECTION
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
     event_types: ClassVar[frozenset[str]] = frozenset(
         {CALL_COMPLETED, CALL_FAILED, BREAKER_CHANGED} | _CACHE_EVENTS
     )
@@ -299,7 +299,7 @@ def _cache_row(event: RecordedEvent) -> dict[str, Any]:
     data = event.data
     return {
         "position": event.position,
-        "kind": event.type,
+        "kind": event.type.removeprefix("llm."),
         "backend": data["backend"],
         "namespace": data["namespace"],
         "key": data["key"],
