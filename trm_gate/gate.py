@@ -14,6 +14,7 @@ that block, leaving the gate `running` in the `gates` table with its earlier blo
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import secrets
 from collections import Counter
@@ -26,9 +27,11 @@ from trm_gate.errors import ArmResultError, GateInputError, GateStateError
 from trm_gate.pairing import BlockPairing, pair_block
 from trm_gate.results import QuestionResult, UnitOutcome, fold_unit, fold_units
 from trm_gate.step import Decision, GateState, Verdict, step
-from trm_store import ConcurrencyError, NewEvent, Store
+from trm_store import ConcurrencyError, NewEvent, Store, StoreError
 from trm_store.domain.baseline import BaselineCache, BaselineOutcome
-from trm_store.domain.gates import BLOCK_EVALUATED, DECIDED, STARTED, gate_stream
+from trm_store.domain.gates import BLOCK_EVALUATED, DECIDED, FAILED, STARTED, gate_stream
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["Arm", "Evaluate", "Gate", "GateResult"]
 
@@ -146,12 +149,24 @@ class Gate:
         size = self.config.block_size
         blocks = [order[i : i + size] for i in range(0, len(order), size)]
         for index, block_ids in enumerate(blocks, start=1):
-            state, decision = await self._block(
-                stream, index, block_ids, baseline, candidate, state, final=index == len(blocks)
-            )
+            try:
+                state, decision = await self._block(
+                    stream, index, block_ids, baseline, candidate, state, final=index == len(blocks)
+                )
+            except BaseException as e:  # an arm failed or we were cancelled: say so, then re-raise
+                self._record_failure(stream, index, e)
+                raise
             if decision.final:
                 break
         return _result(state, gate_id, seed)
+
+    def _record_failure(self, stream: str, block: int, error: BaseException) -> None:
+        """Append `gate.failed`, so the gate is not `running` forever; never mask `error`."""
+        text = f"{type(error).__name__}: {error}"[:1000]
+        try:
+            self._store.append(stream, [NewEvent(FAILED, {"error": text, "block": block})])
+        except StoreError:
+            _log.exception("could not record the failure of %s", stream)
 
     async def _block(
         self,

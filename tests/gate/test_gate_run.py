@@ -248,7 +248,9 @@ async def test_an_arm_failure_propagates_and_caches_nothing_for_that_block(
     assert [u for u in second_block if cache.get("b", u) is not None] == []
     assert all(cache.get("b", u) is not None for u in base.calls[0])
     info = gate_info(sqlite_store, "g")
-    assert info["status"] == "running" and info["blocks"] == 1
+    assert info["status"] == "failed" and info["blocks"] == 1
+    assert "provider down" in info["reason"]
+    assert sqlite_store.read_stream("gate:g")[-1].data["block"] == 2
 
 
 async def test_answers_for_the_wrong_units_are_refused(sqlite_store: Store) -> None:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BLOCK_EVALUATED",
     "DECIDED",
+    "FAILED",
     "STARTED",
     "BlockEvaluated",
     "GateDecided",
@@ -101,12 +102,21 @@ class GateDecided(DomainModel):
     log_futility_e_value: float
 
 
+class GateFailed(DomainModel):
+    """An arm raised (or the run was cancelled) during `block`: the gate decided nothing."""
+
+    error: str = Field(max_length=1000)
+    block: int = Field(ge=1)
+
+
 STARTED = "gate.started"
 BLOCK_EVALUATED = "gate.block_evaluated"
 DECIDED = "gate.decided"
+FAILED = "gate.failed"
 register_event_type(STARTED, GateStarted)
 register_event_type(BLOCK_EVALUATED, BlockEvaluated)
 register_event_type(DECIDED, GateDecided)
+register_event_type(FAILED, GateFailed)
 
 
 def gate_stream(gate_id: str) -> str:
@@ -118,8 +128,8 @@ class GatesProjection(Projection):
     """`gates`: one row per gate, its parameters and running totals, then its verdict."""
 
     name: ClassVar[str] = PROJECTION
-    version: ClassVar[int] = 1
-    event_types: ClassVar[frozenset[str]] = frozenset({STARTED, BLOCK_EVALUATED, DECIDED})
+    version: ClassVar[int] = 2
+    event_types: ClassVar[frozenset[str]] = frozenset({STARTED, BLOCK_EVALUATED, DECIDED, FAILED})
 
     def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
         gates = Table(
@@ -180,6 +190,12 @@ class GatesProjection(Projection):
                         log_futility_e_value=data["log_futility_e_value"],
                     )
                 )
+            elif event.type == FAILED:
+                conn.execute(
+                    update(gates)
+                    .where(key)
+                    .values(status="failed", reason=data["error"], decided_at=event.recorded_at)
+                )
             else:
                 conn.execute(
                     update(gates)
@@ -231,8 +247,8 @@ def _row_dict(row: Any) -> dict[str, Any]:
 
 
 def gate_info(store: Store, gate_id: str) -> dict[str, Any]:
-    """The gate as the `gates` table has it: status (`running` / `decided`), verdict, reason,
-    snapshots, seed, parameters, running totals and log e-values, start and decision times."""
+    """The gate as the `gates` table has it: status (`running` / `decided` / `failed`), verdict,
+    reason, snapshots, seed, parameters, running totals and log e-values, start and end times."""
     check_id("gate_id", gate_id)
     with store.query(PROJECTION) as (conn, tables):
         gates = tables["gates"]
