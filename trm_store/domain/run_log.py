@@ -150,9 +150,7 @@ class RunLog:
         }
         event = validated(PredictionRecorded, data, f"prediction {question_id!r}")
         # The id is fixed now, so a flush retried after an error is exactly-once.
-        self._pending.append(
-            NewEvent(PREDICTION_RECORDED, event, event_id=str(uuid.uuid4()))
-        )
+        self._pending.append(NewEvent(PREDICTION_RECORDED, event, event_id=str(uuid.uuid4())))
         if len(self._pending) >= self._batch_size:
             self._flush()
 
