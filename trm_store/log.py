@@ -6,7 +6,7 @@ from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, func, select
+from sqlalchemy import Connection, Row, select, text
 
 from trm_store.events import RecordedEvent, registered_event_types
 from trm_store.schema import EVENTS
@@ -49,17 +49,19 @@ def to_recorded(row: Row[*tuple[Any, ...]]) -> RecordedEvent:
     )
 
 
+# Both run in every append: built once, as plain SQL, so no statement is compiled per call.
+_HEAD = text("SELECT coalesce(max(position), 0) FROM events")
+_STREAM_HEAD = text("SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :s")
+
+
 def head(conn: Connection) -> int:
     """The last position in the log (0 when empty)."""
-    return int(conn.execute(select(func.coalesce(func.max(EVENTS.c.position), 0))).scalar_one())
+    return int(conn.execute(_HEAD).scalar_one())
 
 
 def stream_head(conn: Connection, stream_id: str) -> int:
     """The stream's current version (0 when it does not exist)."""
-    query = select(func.coalesce(func.max(EVENTS.c.stream_version), 0)).where(
-        EVENTS.c.stream_id == stream_id
-    )
-    return int(conn.execute(query).scalar_one())
+    return int(conn.execute(_STREAM_HEAD, {"s": stream_id}).scalar_one())
 
 
 def events_after(

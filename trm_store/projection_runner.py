@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import Connection, MetaData, Table, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, MetaData, Table, delete, func, insert, select, text, update
 
 from trm_store.errors import StoreError
 from trm_store.events import RecordedEvent
@@ -53,11 +53,19 @@ class ProjectionSet:
         self.live: dict[str, dict[str, Table]] = {
             name: p.define(MetaData(), "") for name, p in self.projections.items()
         }
-        current = [
-            and_(PROJECTION_STATE.c.name == name, PROJECTION_STATE.c.version == p.version)
-            for name, p in self.projections.items()
-        ]
-        self._current_version = or_(*current) if current else None
+        # Built once: this statement runs in every append, so it must not be rebuilt (and its
+        # SQLAlchemy cache key recomputed) each time.
+        current = " OR ".join(
+            f"(name = :name_{i} AND version = :version_{i})" for i in range(len(self.projections))
+        )
+        self._advance = text(
+            "UPDATE projection_state SET checkpoint = :new_head "
+            f"WHERE checkpoint = :previous_head AND ({current}) RETURNING name"
+        )
+        self._advance_params: dict[str, object] = {}
+        for i, (name, p) in enumerate(self.projections.items()):
+            self._advance_params[f"name_{i}"] = name
+            self._advance_params[f"version_{i}"] = p.version
 
     # -- inline ---------------------------------------------------------------------------------
 
@@ -65,13 +73,11 @@ class ProjectionSet:
         self, conn: Connection, previous_head: int, new_head: int, events: Sequence[RecordedEvent]
     ) -> None:
         """Advance every projection that was current at `previous_head` by `events`."""
-        if self._current_version is None:
+        if not self.projections:
             return
         advanced = conn.execute(
-            update(PROJECTION_STATE)
-            .where(PROJECTION_STATE.c.checkpoint == previous_head, self._current_version)
-            .values(checkpoint=new_head, updated_at=_now())
-            .returning(PROJECTION_STATE.c.name)
+            self._advance,
+            {**self._advance_params, "new_head": new_head, "previous_head": previous_head},
         ).scalars()
         for name in list(advanced):
             projection = self.projections[name]
