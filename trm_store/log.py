@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, select, text
+from sqlalchemy import Connection, Result, Row, select, text
 
-from trm_store.events import RecordedEvent, registered_event_types
+from trm_store.events import EventType, RecordedEvent, registered_event_types
 from trm_store.schema import EVENTS
 
 __all__ = ["events_after", "events_by_id", "head", "stream_events", "stream_head", "to_recorded"]
@@ -26,27 +26,28 @@ _COLUMNS = (
 )
 
 
-def to_recorded(row: Row[*tuple[Any, ...]]) -> RecordedEvent:
-    """A stored row as a RecordedEvent, its data upcast to the registered schema version."""
-    registered = registered_event_types().get(row.type)
-    schema_version, data = row.schema_version, row.data
+def to_recorded(
+    row: Row[*tuple[Any, ...]], types: Mapping[str, EventType] | None = None
+) -> RecordedEvent:
+    """A stored row as a RecordedEvent, its data upcast to the registered schema version.
+
+    `types` is the registry of event types; `_recorded` looks it up once per batch of rows.
+    """
+    position, event_id, stream_id, version, type_, schema_version, data, meta, at = row
+    registered = (registered_event_types() if types is None else types).get(type_)
     if registered is not None and schema_version != registered.schema_version:
         data = registered.read(schema_version, data)
         schema_version = registered.schema_version
-    recorded_at: datetime = row.recorded_at
-    if recorded_at.tzinfo is None:
-        recorded_at = recorded_at.replace(tzinfo=UTC)
+    recorded_at: datetime = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
     return RecordedEvent(
-        position=row.position,
-        event_id=row.event_id,
-        stream_id=row.stream_id,
-        version=row.stream_version,
-        type=row.type,
-        schema_version=schema_version,
-        data=data,
-        meta=row.meta,
-        recorded_at=recorded_at,
+        position, event_id, stream_id, version, type_, schema_version, data, meta, recorded_at
     )
+
+
+def _recorded(result: Result[Any]) -> list[RecordedEvent]:
+    """Every row of `result` (fetched at once) as a RecordedEvent."""
+    types = registered_event_types()
+    return [to_recorded(row, types) for row in result.all()]
 
 
 # Both run in every append: built once, as plain SQL, so no statement is compiled per call.
@@ -79,7 +80,7 @@ def events_after(
     if types is not None:
         query = query.where(EVENTS.c.type.in_(sorted(types)))
     query = query.order_by(EVENTS.c.position).limit(limit)
-    return [to_recorded(row) for row in conn.execute(query)]
+    return _recorded(conn.execute(query))
 
 
 def stream_events(conn: Connection, stream_id: str, from_version: int) -> list[RecordedEvent]:
@@ -89,10 +90,10 @@ def stream_events(conn: Connection, stream_id: str, from_version: int) -> list[R
         .where(EVENTS.c.stream_id == stream_id, EVENTS.c.stream_version >= from_version)
         .order_by(EVENTS.c.stream_version)
     )
-    return [to_recorded(row) for row in conn.execute(query)]
+    return _recorded(conn.execute(query))
 
 
 def events_by_id(conn: Connection, event_ids: Collection[str]) -> dict[str, RecordedEvent]:
     """Already recorded events among `event_ids`, by id."""
     query = select(*_COLUMNS).where(EVENTS.c.event_id.in_(sorted(event_ids)))
-    return {row.event_id: to_recorded(row) for row in conn.execute(query)}
+    return {e.event_id: e for e in _recorded(conn.execute(query))}
