@@ -75,34 +75,52 @@ class LLMSettings(BaseSettings):
     )
 
     llm_base_url: str = Field(
-        description="OpenAI-compatible base URL (required); /chat/completions is appended. http or https only."
+        description=(
+            "OpenAI-compatible base URL (required); /chat/completions is appended. http or https "
+            "only."
+        )
     )
     llm_model: str = Field(
         description="Model name sent with every request and part of every cache key (required)."
     )
     llm_api_key: SecretStr | None = Field(
         default=None,
-        description="Bearer token; optional (local servers need none). Kept as a secret: never logged or stored in events.",
+        description=(
+            "Bearer token; optional (local servers need none). Kept as a secret: never logged or "
+            "stored in events."
+        ),
     )
     llm_profile: str = Field(
         default="strict",
-        description="SSE dialect: strict (default: [DONE] and a finish_reason required) or lenient_finish_null (servers known to end with finish_reason null and no [DONE]).",
+        description=(
+            "SSE dialect: strict (default: [DONE] and a finish_reason required) or "
+            "lenient_finish_null (servers known to end with finish_reason null and no [DONE])."
+        ),
     )
     llm_source: str | None = Field(
         default=None,
-        description="Name of this provider in events and breaker state (stream llm:<source>); empty means the model name.",
+        description=(
+            "Name of this provider in events and breaker state (stream llm:<source>); empty means"
+            " the model name."
+        ),
     )
     llm_first_token_timeout_s: float = Field(
         default=60.0,
         gt=0,
         allow_inf_nan=False,
-        description="Seconds to wait for the first streamed data event before the attempt is a stall_first_token.",
+        description=(
+            "Seconds to wait for the first streamed data event before the attempt is a "
+            "stall_first_token."
+        ),
     )
     llm_inter_token_timeout_s: float = Field(
         default=30.0,
         gt=0,
         allow_inf_nan=False,
-        description="Longest gap in seconds between data events (keep-alive comments do not count) before stall_inter_token.",
+        description=(
+            "Longest gap in seconds between data events (keep-alive comments do not count) before"
+            " stall_inter_token."
+        ),
     )
 
     llm_cache_backend: Literal["sqlite", "redis", "off"] = Field(
@@ -111,23 +129,37 @@ class LLMSettings(BaseSettings):
     )
     llm_cache_sqlite_path: Path = Field(
         default=Path("trm_llm_cache.db"),
-        description="The SQLite cache file (LLM_CACHE_BACKEND=sqlite); its directory is created on first use.",
+        description=(
+            "The SQLite cache file (LLM_CACHE_BACKEND=sqlite); its directory is created on first "
+            "use."
+        ),
     )
     llm_cache_namespace: str = Field(
         default="trm:llm",
-        description="Prefix of every cache key name (Redis) / namespace column (SQLite): 1-100 chars of [A-Za-z0-9_.:-].",
+        description=(
+            "Prefix of every cache key name (Redis) / namespace column (SQLite): 1-100 chars of "
+            "[A-Za-z0-9_.:-]."
+        ),
     )
     llm_cache_length: bool = Field(
         default=False,
-        description='Also cache answers cut off by max_tokens (finish_reason "length"): true or false.',
+        description=(
+            'Also cache answers cut off by max_tokens (finish_reason "length"): true or false.'
+        ),
     )
     redis_url: RedisDsn | None = Field(
         default=None,
-        description="Redis URL, required when LLM_CACHE_BACKEND=redis, e.g. redis://127.0.0.1:6379/0 (redis:// or rediss://).",
+        description=(
+            "Redis URL, required when LLM_CACHE_BACKEND=redis, e.g. redis://127.0.0.1:6379/0 "
+            "(redis:// or rediss://)."
+        ),
     )
     redis_cache_ttl: int = Field(
         default=86400,
-        description='Cache entry lifetime in seconds, for either backend: a positive integer (0 is refused: it does not mean "never expire"); at least one training run.',
+        description=(
+            "Cache entry lifetime in seconds, for either backend: a positive integer (0 is "
+            'refused: it does not mean "never expire"); at least one training run.'
+        ),
     )
 
     llm_max_attempts: int = Field(
@@ -137,7 +169,10 @@ class LLMSettings(BaseSettings):
         default=0.5,
         ge=0,
         allow_inf_nan=False,
-        description="First backoff step in seconds (full jitter, doubling; 0 allowed); must not exceed LLM_MAX_DELAY_S.",
+        description=(
+            "First backoff step in seconds (full jitter, doubling; 0 allowed); must not exceed "
+            "LLM_MAX_DELAY_S."
+        ),
     )
     llm_max_delay_s: float = Field(
         default=20.0, ge=0, allow_inf_nan=False, description="Largest single backoff in seconds."
@@ -162,17 +197,25 @@ class LLMSettings(BaseSettings):
         default=30.0,
         ge=0,
         allow_inf_nan=False,
-        description="Seconds the breaker stays open before admitting exactly one probe (0 allowed).",
+        description=(
+            "Seconds the breaker stays open before admitting exactly one probe (0 allowed)."
+        ),
     )
     llm_breaker_probe_timeout_s: float = Field(
         default=60.0,
         gt=0,
         allow_inf_nan=False,
-        description="Seconds after which a probe that never reported loses its lease (the breaker cannot wedge shut).",
+        description=(
+            "Seconds after which a probe that never reported loses its lease (the breaker cannot "
+            "wedge shut)."
+        ),
     )
     llm_breaker_shared: bool = Field(
         default=False,
-        description="Share breaker state through REDIS_URL so several processes admit one probe in all: true or false.",
+        description=(
+            "Share breaker state through REDIS_URL so several processes admit one probe in all: "
+            "true or false."
+        ),
     )
 
     def __init__(self, **values: Any) -> None:

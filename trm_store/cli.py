@@ -6,7 +6,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from trm_store import cli_diagnose, cli_gate_report, cli_llm_stats, cli_replay, cli_runs
+from trm_store import (
+    cli_demo,
+    cli_diagnose,
+    cli_gate_report,
+    cli_llm_stats,
+    cli_replay,
+    cli_runs,
+)
 from trm_store.errors import StoreError
 
 __all__ = ["main"]
@@ -17,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="trm", description="Keep an LLM optimisation loop's training signal honest."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    cli_demo.add_parser(commands)
     cli_runs.add_parser(commands)
     cli_gate_report.add_parser(commands)
     cli_llm_stats.add_parser(commands)

@@ -46,23 +46,24 @@ class Requeue:
 
 @dataclass(frozen=True, slots=True)
 class BreakerWait:
-    """Waits, before a call, until `breaker` would admit one for `source` (or time runs out)."""
+    """Tells whether `breaker` would turn a call for `source` away, and waits until it would not."""
 
     breaker: CircuitBreaker
     source: str
     requeue: Requeue
 
-    async def ready(self) -> None:
-        deadline = time.monotonic() + self.requeue.max_wait_s
-        while time.monotonic() < deadline:
-            now = time.time()  # the breaker runs on the client's clock: wall time
-            state = self.breaker.snapshot(self.source, now)
-            if state.state == "open" and now < state.open_until:
-                await asyncio.sleep(min(state.open_until - now, self.requeue.max_wait_s))
-            elif state.state == "half_open" and state.lease is not None:
-                await asyncio.sleep(self.requeue.poll_s)  # the probe is out: wait for its news
-            else:
-                return
+    def blocked(self) -> bool:
+        """Open and cooling down, or half-open with its one probe out."""
+        now = time.time()  # the breaker runs on the client's clock: wall time
+        state = self.breaker.snapshot(self.source, now)
+        if state.state == "open":
+            return now < state.open_until
+        return state.state == "half_open" and state.lease is not None
+
+    async def until_admitted(self, deadline: float) -> None:
+        """Sleep while blocked, until `deadline` (time.monotonic) at the latest."""
+        while self.blocked() and time.monotonic() < deadline:
+            await asyncio.sleep(self.requeue.poll_s)
 
 
 @dataclass
@@ -80,6 +81,7 @@ class DemoArm:
     on_answer: Callable[[], None] = lambda: None
     asked: int = 0
     requeued: int = 0
+    last_error: str | None = None  # the last failure that was not the breaker's refusal
     units: list[str] = field(default_factory=list)
     stops: Counter[str] = field(default_factory=Counter)  # stop_reason -> questions
 
@@ -92,17 +94,17 @@ class DemoArm:
         self.asked += 1
         result: ChatResult | None = None
         error: str | None = None
+        deadline = time.monotonic() + self.wait.requeue.max_wait_s
         for attempt in range(self.wait.requeue.max_times + 1):
             try:
-                async with self.limiter:  # wait for the breaker in line, not before it
-                    await self.wait.ready()
-                    result = await self.client.chat(
-                        messages(self.system, q.text), cache_salt=self.salt, **self.params
-                    )
+                result = await self._call(q, deadline)
                 break
             except LLMError as e:
                 error = f"{type(e).__name__}: {e}"
-                if not _refused(e) or attempt == self.wait.requeue.max_times:
+                if not _refused(e):
+                    self.last_error = error
+                    break
+                if attempt == self.wait.requeue.max_times:
                     break
                 self.requeued += 1
         self.on_answer()
@@ -116,6 +118,17 @@ class DemoArm:
         if graded.correct is None:
             return self._record(q, None, None, "parse_error", reply=result.content[:200], **fields)
         return self._record(q, graded.prediction, graded.correct, "stop", **fields)
+
+    async def _call(self, q: Question, deadline: float) -> ChatResult:
+        """One governed call, sent once the breaker would admit it (or the wait is over)."""
+        while True:
+            await self.wait.until_admitted(deadline)
+            async with self.limiter:
+                if self.wait.blocked() and time.monotonic() < deadline:
+                    continue  # it opened while this question stood in line: wait outside it
+                return await self.client.chat(
+                    messages(self.system, q.text), cache_salt=self.salt, **self.params
+                )
 
     def _record(
         self,

@@ -3,10 +3,12 @@
 A pure function of (seed, epoch, request body, attempt number at that body), so which question
 is hit does not depend on the order concurrent requests arrive in, and the next epoch meets
 different faults. Per attempt, about one in six fails in one of the ways the governed client
-must survive (`RATES`); a few bodies (`sticky_rate`) fail on every attempt, so the client runs
-out of retries and the question ends as INFRA `error`; and once, after `outage_after`
-requests, the server answers 503 to everything for `outage_s` seconds, long enough for the
-circuit breaker to open, probe and close again.
+must survive (`RATES`); a few bodies (`sticky_rate`) are refused with a 400 on every attempt,
+which no retry can fix, so the question ends as INFRA `error` at once (a request that failed
+transiently on every attempt would, as the breaker's half-open probe, keep the breaker open for
+everyone); and once, after `outage_after` requests, the server answers
+503 to everything for `outage_s` seconds, long enough for the circuit breaker to open, probe and
+close again.
 """
 
 from __future__ import annotations
@@ -18,7 +20,14 @@ from typing import Literal
 __all__ = ["RATES", "FaultKind", "FaultPlan"]
 
 FaultKind = Literal[
-    "cut", "reset", "rate_limit", "stall_first", "stall_inter", "error_payload", "server_error"
+    "cut",
+    "reset",
+    "rate_limit",
+    "stall_first",
+    "stall_inter",
+    "error_payload",
+    "server_error",
+    "bad_request",
 ]
 
 RATES: tuple[tuple[FaultKind, float], ...] = (
@@ -46,18 +55,18 @@ class FaultPlan:
     seed: int
     epoch: int
     rates: tuple[tuple[FaultKind, float], ...] = RATES
-    sticky_rate: float = 0.005
+    sticky_rate: float = 0.002
     outage_after: int = 100
     outage_s: float = 1.2
 
     def sticky(self, key: str) -> bool:
-        """True if every attempt at this body fails."""
+        """True if every attempt at this body is refused (400)."""
         return _draw(self.seed, self.epoch, key, "sticky") < self.sticky_rate
 
     def fault(self, key: str, attempt: int) -> FaultKind | None:
         """The fault for this attempt at this body, or None for a clean answer."""
         if self.sticky(key):
-            return "reset"
+            return "bad_request"
         u, total = _draw(self.seed, self.epoch, key, attempt), 0.0
         for kind, rate in self.rates:
             total += rate

@@ -19,7 +19,7 @@ __all__ = ["MODEL_VERSION", "PROMPT_HINTS", "Hint", "SimulatedModel", "Solved", 
 
 MODEL_VERSION = "sim1"
 _MIN_P, _MAX_P = 0.02, 0.97
-_GARBLE = 0.01
+_GARBLE = 0.003
 _PER_CHAR = 0.02  # accuracy lost per operand character beyond the first two
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 __all__ = ["KINDS", "POOL_VERSION", "Pool", "Question", "demo_pool"]
@@ -116,22 +116,21 @@ class Pool:
 
     version: str
     questions: tuple[Question, ...]
+    _units: dict[str, tuple[Question, ...]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        grouped: dict[str, list[Question]] = {}
+        for q in self.questions:
+            grouped.setdefault(q.unit_id, []).append(q)
+        object.__setattr__(self, "_units", {u: tuple(qs) for u, qs in grouped.items()})
 
     def units(self) -> list[str]:
         """Every unit id, in pool order."""
-        return list(dict.fromkeys(q.unit_id for q in self.questions))
+        return list(self._units)
 
     def unit(self, unit_id: str) -> tuple[Question, ...]:
         """The questions of one unit (KeyError for an unknown unit)."""
-        return _by_unit(self)[unit_id]
-
-
-@cache
-def _by_unit(pool: Pool) -> dict[str, tuple[Question, ...]]:
-    grouped: dict[str, list[Question]] = {}
-    for q in pool.questions:
-        grouped.setdefault(q.unit_id, []).append(q)
-    return {u: tuple(qs) for u, qs in grouped.items()}
+        return self._units[unit_id]
 
 
 @cache

@@ -3,7 +3,8 @@
 The baseline is a plain system prompt; the candidate adds some of the simulated model's
 `PROMPT_HINTS`, picked by the seed (so each seed has its own, fixed, candidate). Most picks help;
 the `brief` hint hurts, so a few seeds get a weaker candidate. The grader reads the last
-`ANSWER: ...` line (or a reply that is nothing but a short answer); a reply it cannot read is a
+`ANSWER: ...` line (any case, markdown emphasis allowed) or a reply that is nothing but a short
+answer; a reply it cannot read is a
 `parse_error`, which the gate counts as INFRA, never as a wrong answer.
 """
 
@@ -30,7 +31,8 @@ __all__ = [
 BASELINE_PROMPT = "You are a careful assistant. Answer the user's question."
 GRADER_VERSION = "grader-v1"
 _SKILL_HINTS = ("steps", "letters", "compare")
-_ANSWER_LINE = re.compile(r"^\s*ANSWER:\s*(.+?)\s*$", re.MULTILINE)
+# "ANSWER: x", also as real models write it: "Answer: x", "**ANSWER:** x"
+_ANSWER_LINE = re.compile(r"^[\s*_#>]*answer[\s*_]*:[\s*_]*(.+?)[\s*_]*$", re.I | re.M)
 _SHORT = 32  # a bare reply up to this long is taken as the answer itself
 
 
@@ -53,7 +55,7 @@ def baseline_prompt() -> Prompt:
 def candidate_prompt(seed: int) -> Prompt:
     """The seed's candidate: two or three skill hints, maybe the format hint, rarely `brief`."""
     rng = random.Random(f"trm-demo/candidate/{seed}")
-    hints = rng.sample(_SKILL_HINTS, 3 if rng.random() < 0.5 else 2)
+    hints = rng.sample(_SKILL_HINTS, 3 if rng.random() < 0.75 else 2)
     if rng.random() < 0.5:
         hints.append("format")
     if rng.random() < 0.2:

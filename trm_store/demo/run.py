@@ -69,7 +69,7 @@ __all__ = ["cache_path_for", "run_demo", "snapshot"]
 
 WORKSPACE = "trm-demo"
 BLOCK_SIZE = 12
-REQUEUE = Requeue(max_times=5, max_wait_s=20.0)
+REQUEUE = Requeue(max_times=3, max_wait_s=5.0)
 CACHE_TTL_S = 7 * 86400
 SIM_STALL_S = 1.5  # the simulated server's stalls; its client gives up on silence much sooner
 
@@ -78,9 +78,9 @@ def cache_path_for(store_url: str) -> Path:
     """The response cache file: next to a SQLite store (`trm.db` -> `trm-cache.db`), else ./"""
     url = make_url(store_url)
     if url.get_backend_name() == "sqlite" and url.database:
-        path = Path(url.database).expanduser()
+        path = Path(url.database).expanduser().resolve()
         return path.with_name(f"{path.stem}-cache.db")
-    return Path("trm-cache.db")
+    return Path("trm-cache.db").resolve()
 
 
 def snapshot(endpoint: Endpoint, prompt: Prompt, max_tokens: int) -> str:
@@ -151,7 +151,7 @@ async def run_demo(
                 if http is not None:
                     await http.aclose()
         injected = dict(server.injected) if server is not None else None
-        epoch_run.record(result)
+        metric = epoch_run.record(result)
         cached = store.read_stream(f"baseline:{epoch_run.snapshots[0]}")
         return DemoOutcome(
             result=result,
@@ -161,11 +161,13 @@ async def run_demo(
             endpoint=endpoint,
             workspace=WORKSPACE,
             epoch=epoch,
+            pool_questions=len(demo_pool().questions),
             baseline=epoch_run.summary(0, arms[0]),
             candidate=epoch_run.summary(1, arms[1]),
             baseline_cached=sum(
                 e.position > head and e.type == "baseline.unit_cached" for e in cached
             ),
+            metric_written=metric,
             calls=collect(store, source=endpoint.model, after=head),
             injected=injected,
             events=store.head_position() - head,
@@ -207,7 +209,7 @@ class _EpochRun:
             cache=SqliteResponseCache(self.cache_path, ttl_s=CACHE_TTL_S, sink=sink),
             breaker=breaker,
             retry=RetryPolicy(
-                max_attempts=4,
+                max_attempts=6,
                 base_delay_s=0.05,
                 max_delay_s=0.5,
                 deadline_s=30.0,
@@ -272,10 +274,12 @@ class _EpochRun:
             questions=arm.asked,
             stops=dict(arm.stops),
             requeued=arm.requeued,
+            last_error=arm.last_error,
         )
 
-    def record(self, result: GateResult) -> None:
-        """The epoch in the workspace: both runs, the verdict, the best on accept, the metric."""
+    def record(self, result: GateResult) -> bool:
+        """The epoch in the workspace: both runs, the verdict, the best on accept, and the
+        candidate's accuracy as its dual metric; whether there was anything graded to measure."""
         for i, run_id in enumerate(self.runs):
             record_run(
                 self.store,
@@ -304,14 +308,16 @@ class _EpochRun:
             for p in read_predictions(self.store, self.runs[1])
             if p["stop_reason"] not in INFRA_STOP_REASONS
         ]
-        if graded:
-            write_dual_metric(
-                self.store,
-                run_id=self.runs[1],
-                epoch=self.epoch,
-                version_kind="final",
-                skills_version="none",
-                prompts_version=cand.version,
-                pool=POOL_VERSION,
-                hard_acc=sum(bool(p["correct"]) for p in graded) / len(graded),
-            )
+        if not graded:
+            return False
+        write_dual_metric(
+            self.store,
+            run_id=self.runs[1],
+            epoch=self.epoch,
+            version_kind="final",
+            skills_version="none",
+            prompts_version=cand.version,
+            pool=POOL_VERSION,
+            hard_acc=sum(bool(p["correct"]) for p in graded) / len(graded),
+        )
+        return True

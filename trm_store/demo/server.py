@@ -84,6 +84,8 @@ class DemoServer(SimulatedServer):
             return stall(self.stall_s, after=2, then=normal([text], usage=False))
         if fault == "error_payload":
             return error_payload("error")
+        if fault == "bad_request":
+            return status(400, {"error": {"message": "simulated: this request is refused"}})
         return status(500)
 
 

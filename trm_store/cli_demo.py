@@ -1,0 +1,130 @@
+"""`trm demo`: one gated epoch end to end, against a real endpoint or a simulated one.
+
+trm_llm and trm_gate are imported only when the command runs, so the other subcommands (and a
+store-only install's start-up) never load them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+from urllib.parse import urlsplit
+
+__all__ = ["DEFAULT_SEED", "add_parser", "run"]
+
+DEFAULT_SEED = 3  # shows every mechanism: INFRA in both arms, then their re-evaluation
+_SEED_LIMIT = 2**63
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= value < _SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**63), got {value}")
+    return value
+
+
+def _concurrency(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 1 <= value <= 256:
+        raise argparse.ArgumentTypeError(f"must be in [1, 256], got {value}")
+    return value
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "demo",
+        help="run one gated epoch end to end (simulated model with faults, or --base-url)",
+        description="Gate a candidate prompt against a baseline prompt on a bundled pool of 288 "
+        "questions in 72 units, through the governed client (response cache, retries, circuit "
+        "breaker), recording everything as events. Without --base-url the answers come from a "
+        "SIMULATED model on loopback that injects faults (truncated streams, resets, 429s, "
+        "stalls, an outage). Exit 0 when the gate decided (accept, reject, inconclusive), 1 on "
+        "infra_abort, 2 on bad arguments or a store error.",
+    )
+    parser.add_argument("--db", help="store URL (default: $TRM_STORE_URL, then sqlite:///trm.db)")
+    parser.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="an OpenAI-compatible endpoint (vLLM, Ollama, llama.cpp: e.g. "
+        "http://127.0.0.1:11434/v1); needs --model; API key from $LLM_API_KEY if set",
+    )
+    parser.add_argument("--model", metavar="M", help="the model to ask at --base-url")
+    parser.add_argument(
+        "--seed",
+        type=_seed,
+        default=DEFAULT_SEED,
+        help=f"picks the candidate prompt, the simulated model and its faults, the unit order "
+        f"(default {DEFAULT_SEED})",
+    )
+    parser.add_argument(
+        "--concurrency", type=_concurrency, default=8, help="calls in flight (default 8)"
+    )
+    parser.add_argument("--json", action="store_true", help="print a JSON summary instead")
+    parser.set_defaults(run=run)
+
+
+def _problem(args: argparse.Namespace) -> str | None:
+    """Why the arguments cannot work together, or None."""
+    if (args.base_url is None) != (args.model is None):
+        return "--base-url and --model go together (neither: the simulated model)"
+    if args.base_url is not None:
+        try:
+            parts = urlsplit(args.base_url)
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+        except ValueError:  # a bad port or IPv6 literal
+            ok = False
+        if not ok:
+            return f"--base-url must be an http(s) URL with a host, got {args.base_url!r}"
+    if args.model is not None and not args.model.strip():
+        return "--model must not be blank"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    problem = _problem(args)
+    if problem is not None:
+        print(f"trm demo: error: {problem}", file=sys.stderr)
+        return 2
+    # The composition root: only here does the store's CLI reach for the client and the gate.
+    import asyncio
+
+    from rich.console import Console
+
+    from trm_store.demo import DemoOptions, print_report, run_demo, summary
+
+    options = DemoOptions(
+        db=args.db,
+        base_url=args.base_url,
+        model=args.model,
+        api_key=os.environ.get("LLM_API_KEY") or None,
+        seed=args.seed,
+        concurrency=args.concurrency,
+    )
+    progress = Console(stderr=True)
+    answered = 0
+    with progress.status("trm demo: starting") as status:
+
+        def tick() -> None:
+            nonlocal answered
+            answered += 1
+            status.update(f"trm demo: {answered} questions answered")
+
+        try:
+            outcome = asyncio.run(run_demo(options, on_answer=tick))
+        except KeyboardInterrupt:
+            print("trm demo: interrupted (the runs are marked failed)", file=sys.stderr)
+            return 130
+    if args.json:
+        print(json.dumps(summary(outcome), indent=2))
+    else:
+        print_report(Console(width=None if sys.stdout.isatty() else 120), outcome)
+    return 1 if outcome.result.verdict == "infra_abort" else 0
