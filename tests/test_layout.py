@@ -47,3 +47,13 @@ def test_dependency_direction(package: str, forbidden: str) -> None:
 
 def test_env_example_is_generated_from_llm_settings() -> None:
     assert (ROOT / ".env.example").read_text() == env_example()
+
+
+def test_readme_settings_table_is_generated_from_llm_settings() -> None:
+    from trm_llm.settings_doc import markdown_table
+
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("<!-- settings-table")
+    start = readme.index("\n", start) + 1
+    end = readme.index("<!-- /settings-table -->")
+    assert readme[start:end] == markdown_table()
