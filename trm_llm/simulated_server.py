@@ -277,7 +277,12 @@ class SimulatedServer:
 
         return stop
 
-    def _pick(self, body: Any) -> Reply:
+    def respond(self, body: Any) -> Reply:
+        """The reply to one request (its JSON body): override it to answer per request.
+
+        By default: the next scripted reply, else the scenario marked in the last user message,
+        else `default`.
+        """
         if self._queue:
             return self._queue.popleft()
         match = _MARKER.search(_last_user_text(body))
@@ -320,7 +325,7 @@ class SimulatedServer:
             return True
         body = json.loads(raw) if raw else None
         self.requests.append(ReceivedRequest(path, headers, body))
-        reply = self._pick(body)
+        reply = self.respond(body)
         await _write(writer, reply, keep_alive=headers.get("connection") != "close")
         return reply.ending == "complete" and headers.get("connection") != "close"
 
@@ -334,6 +339,8 @@ async def _write(writer: asyncio.StreamWriter, reply: Reply, *, keep_alive: bool
         if isinstance(step, float | int):
             await writer.drain()
             await asyncio.sleep(step)
+            if writer.transport.is_closing():  # the client gave up during the pause
+                return
         elif step:
             writer.write(b"%x\r\n%s\r\n" % (len(step), step))
     if reply.ending == "reset":

@@ -77,7 +77,7 @@ class TierServer(SimulatedServer):
         self.delay_s = delay_s
         self._seen = threading.Condition()
 
-    def _pick(self, body: Any) -> Reply:
+    def respond(self, body: Any) -> Reply:
         with self._seen:
             self._seen.notify_all()
         match = _SAY.search(body["messages"][-1]["content"])

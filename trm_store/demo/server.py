@@ -48,7 +48,7 @@ class DemoServer(SimulatedServer):
         self._attempts: Counter[str] = Counter()
         self._outage_until: float | None = None
 
-    def _pick(self, body: Any) -> Reply:
+    def respond(self, body: Any) -> Reply:
         chat = body.get("messages") if isinstance(body, dict) else None
         key = hashlib.sha256(json.dumps(chat, sort_keys=True).encode()).hexdigest()
         self._attempts[key] += 1
