@@ -230,9 +230,16 @@ class CacheReporter:
         self._namespace = namespace
         self._sink = sink
 
-    def corrupt(self, key: str, err: CorruptEntryError) -> None:
-        """A stored entry did not decode; the caller treats it as a miss."""
-        self._emit("cache_corrupt", key, reason=err.reason, detail=err.detail)
+    def decoded(self, key: str, raw: str | bytes | None) -> CachedResponse | None:
+        """What a backend read for `key`: the answer, or None for a miss or a corrupt entry
+        (reported as `cache_corrupt`)."""
+        if raw is None:
+            return None
+        try:
+            return decode_entry(raw)
+        except CorruptEntryError as err:
+            self._emit("cache_corrupt", key, reason=err.reason, detail=err.detail)
+            return None
 
     def read_failed(self, key: str, exc: BaseException) -> None:
         """The storage could not be read; the caller treats it as a miss."""

@@ -13,11 +13,9 @@ from redis.exceptions import RedisError
 from trm_llm.cache import (
     CachedResponse,
     CacheReporter,
-    CorruptEntryError,
     ResponseCache,
     check_key,
     check_namespace,
-    decode_entry,
     encode_entry,
 )
 from trm_llm.protocols import EventSink
@@ -66,13 +64,7 @@ class RedisResponseCache(ResponseCache):
         except _STORAGE_ERRORS as exc:
             self._report.read_failed(key, exc)
             return None
-        if raw is None:
-            return None
-        try:
-            return decode_entry(raw)
-        except CorruptEntryError as err:
-            self._report.corrupt(key, err)
-            return None
+        return self._report.decoded(key, raw)
 
     async def set(self, key: str, value: CachedResponse) -> bool:
         """Write `value` with `SET name value EX ttl`; False (reported) when Redis refused."""

@@ -23,11 +23,9 @@ from pathlib import Path
 from trm_llm.cache import (
     CachedResponse,
     CacheReporter,
-    CorruptEntryError,
     ResponseCache,
     check_key,
     check_namespace,
-    decode_entry,
     encode_entry,
 )
 from trm_llm.protocols import EventSink
@@ -103,13 +101,7 @@ class SqliteResponseCache(ResponseCache):
         except _STORAGE_ERRORS as exc:
             self._report.read_failed(key, exc)
             return None
-        if raw is None:
-            return None
-        try:
-            return decode_entry(raw)
-        except CorruptEntryError as err:
-            self._report.corrupt(key, err)
-            return None
+        return self._report.decoded(key, raw)
 
     async def set(self, key: str, value: CachedResponse) -> bool:
         """Store `value` until now + ttl; False (reported) when the file refused the write."""

@@ -13,6 +13,8 @@ import sys
 from typing import Any
 from urllib.parse import urlsplit
 
+from trm_store.cli_common import report_console
+
 __all__ = ["DEFAULT_SEED", "add_parser", "run"]
 
 DEFAULT_SEED = 3  # shows every mechanism: INFRA in both arms, then their re-evaluation
@@ -126,5 +128,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary(outcome), indent=2))
     else:
-        print_report(Console(width=None if sys.stdout.isatty() else 120), outcome)
+        print_report(report_console(), outcome)
     return 1 if outcome.result.verdict == "infra_abort" else 0

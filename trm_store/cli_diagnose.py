@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from trm_store.cli_common import progress_bar, report_console
 from trm_store.domain._common import check_id
 from trm_store.store import open_store
 
@@ -104,13 +104,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     with open_store(args.db) as store:
         sink = job.TallyingSink(StoreEventSink(store))
-        columns = (
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-        )
-        with Progress(*columns, console=console, transient=args.json) as progress:
+        with progress_bar(console, transient=args.json) as progress:
             task = progress.add_task(f"diagnosing {args.run_id}", total=None)
 
             async def main() -> Summary:
@@ -204,17 +198,12 @@ def _report(summary: Summary, sink: TallyingSink, url: str, *, as_json: bool) ->
     if as_json:
         print(json.dumps({"store": url, **summary.as_dict(), "llm": sink.as_dict()}))
     else:
-        _print(_console(), summary, sink, url)
+        _print(report_console(), summary, sink, url)
     if summary.stopped is not None:
         print(f"trm: stopped early: {summary.stopped}", file=sys.stderr)
     if summary.fatal:
         return 2
     return 1 if summary.failed or summary.not_started else 0
-
-
-def _console() -> Console:
-    """stdout; piped output gets a fixed width rather than rich's 80 columns."""
-    return Console(width=None if sys.stdout.isatty() else 140)
 
 
 def _counts(counter: Mapping[str, int]) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from trm_store.cli_common import report_console
 from trm_store.domain.gates import BLOCK_EVALUATED, DECIDED, STARTED, UnknownGateError, gate_stream
 from trm_store.store import Store, open_store
 
@@ -104,7 +105,7 @@ def gate_report(
         print(json.dumps(report, indent=2))
     else:
         # Piped output gets a fixed width wide enough for the block table, not rich's 80.
-        _print(Console(width=None if sys.stdout.isatty() else 120), report)
+        _print(report_console(), report)
     if plot is not None:
         try:
             _plot(report, Path(plot))

@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from trm_store.cli_common import report_console
 from trm_store.domain.errors import UnknownEntityError
 from trm_store.domain.llm_calls import llm_calls, llm_stats
 from trm_store.store import Store, open_store
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"store": store.url, "sources": stats}))
         else:
-            _print(_console(), store.url, stats)
+            _print(report_console(), store.url, stats)
     return 0
 
 
@@ -102,11 +102,6 @@ def source_stats(store: Store, *, source: str | None = None) -> dict[str, dict[s
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
-
-
-def _console() -> Console:
-    """stdout; piped output gets a fixed width that fits the table rather than rich's 80."""
-    return Console(width=None if sys.stdout.isatty() else 140)
 
 
 def _print(console: Console, url: str, stats: dict[str, dict[str, Any]]) -> None:

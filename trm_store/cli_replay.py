@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from trm_store.cli_common import progress_bar
 from trm_store.store import open_store
 
 __all__ = ["add_parser", "run"]
@@ -40,13 +40,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=args.json)
     with open_store(args.db) as store:
         total = store.head_position()
-        columns = (
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-        )
-        with Progress(*columns, console=console, transient=args.json) as progress:
+        with progress_bar(console, transient=args.json) as progress:
             task = progress.add_task("verifying" if args.verify else "rebuilding", total=total)
 
             def advance(n: int) -> None:

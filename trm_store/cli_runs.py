@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import func, select
 
+from trm_store.cli_common import report_console
 from trm_store.domain._common import as_utc
 from trm_store.domain.run_leases import mark_stale_runs, stale_runs
 from trm_store.domain.runs import PROJECTION
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
                 )
             )
         else:
-            _print(_console(), store.url, runs, args.stale_after, marked)
+            _print(report_console(), store.url, runs, args.stale_after, marked)
     return 0
 
 
@@ -159,11 +159,6 @@ def _age(seconds: float | None) -> str:
 
 def _time(value: datetime | None) -> str:
     return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _console() -> Console:
-    """stdout; piped output gets a fixed width that fits the table rather than rich's 80."""
-    return Console(width=None if sys.stdout.isatty() else 140)
 
 
 def _print(
