@@ -11,7 +11,15 @@ from sqlalchemy import Connection, Result, Row, select, text
 from trm_store.events import EventType, RecordedEvent, registered_event_types
 from trm_store.schema import EVENTS
 
-__all__ = ["events_after", "events_by_id", "head", "stream_events", "stream_head", "to_recorded"]
+__all__ = [
+    "events_after",
+    "events_by_id",
+    "head",
+    "heads",
+    "stream_events",
+    "stream_head",
+    "to_recorded",
+]
 
 _COLUMNS = (
     EVENTS.c.position,
@@ -53,6 +61,18 @@ def _recorded(result: Result[Any]) -> list[RecordedEvent]:
 # Both run in every append: built once, as plain SQL, so no statement is compiled per call.
 _HEAD = text("SELECT coalesce(max(position), 0) FROM events")
 _STREAM_HEAD = text("SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :s")
+
+
+_HEADS = text(
+    "SELECT (SELECT coalesce(max(position), 0) FROM events),"
+    " (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :s)"
+)
+
+
+def heads(conn: Connection, stream_id: str) -> tuple[int, int]:
+    """(the log's head, the stream's version) in one round trip: an append needs both."""
+    log_head, stream_version = conn.execute(_HEADS, {"s": stream_id}).one()
+    return int(log_head), int(stream_version)
 
 
 def head(conn: Connection) -> int:

@@ -60,7 +60,7 @@ class ProjectionSet:
         )
         self._advance = text(
             "UPDATE projection_state SET checkpoint = :new_head "
-            f"WHERE checkpoint = :previous_head AND ({current}) RETURNING name"
+            f"WHERE checkpoint = :previous_head AND ({current})"
         )
         self._advance_params: dict[str, object] = {}
         for i, (name, p) in enumerate(self.projections.items()):
@@ -75,11 +75,19 @@ class ProjectionSet:
         """Advance every projection that was current at `previous_head` by `events`."""
         if not self.projections:
             return
-        advanced = conn.execute(
+        moved = conn.execute(
             self._advance,
             {**self._advance_params, "new_head": new_head, "previous_head": previous_head},
-        ).scalars()
-        for name in list(advanced):
+        ).rowcount
+        if moved == len(self.projections):  # the common case: every projection was current
+            advanced: Collection[str] = self.projections
+        else:
+            advanced = {
+                name
+                for name, status in self.statuses(conn).items()
+                if status.checkpoint == new_head and name in self.projections
+            }
+        for name in advanced:
             projection = self.projections[name]
             mine = [e for e in events if e.type in projection.event_types]
             if mine:

@@ -35,7 +35,7 @@ from trm_store.events import (
     event_type,
     new_event_id,
 )
-from trm_store.log import events_after, events_by_id, head, stream_events, stream_head
+from trm_store.log import events_after, events_by_id, head, heads, stream_events, stream_head
 from trm_store.migrate import ensure_schema
 from trm_store.projection_runner import Progress, ProjectionSet, require_known
 from trm_store.projections import Projection, registered_projections
@@ -182,9 +182,9 @@ class Store:
     def _append_locked(
         self, conn: Connection, prepared: Sequence[_Prepared]
     ) -> list[RecordedEvent]:
-        previous_head = head(conn)
+        previous_head, first_version = heads(conn, prepared[0].stream_id)
         position = previous_head
-        versions: dict[str, int] = {}
+        versions: dict[str, int] = {prepared[0].stream_id: first_version}
         now = datetime.now(UTC)
         rows: list[dict[str, Any]] = []
         recorded: list[RecordedEvent] = []

@@ -188,3 +188,30 @@ def test_a_projection_that_refuses_an_event_rolls_the_append_back(store_url: str
             store.append("a", [added(5), added(-1)])
         assert store.head_position() == 1
         assert totals(store) == {"a": (1, 1)}
+
+
+class _OtherTotals(Totals):
+    name = "test_other_totals"
+
+    def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
+        table = super().define(metadata, suffix)["totals"]
+        return {"totals": table.to_metadata(MetaData(), name=f"test_other_totals{suffix}")}
+
+
+def test_only_current_projections_advance_inline_and_the_lagging_one_catches_up(
+    store_url: str,
+) -> None:
+    both = {**TOTALS, "test_other_totals": _OtherTotals()}
+    with open_store(store_url, projections=both) as store:
+        store.append("a", [added(1)])
+        with open_store(store_url, projections=TOTALS) as older:  # a process without it
+            older.append("a", [added(2)])
+        store.append("a", [added(3)])
+        states = _state(store_url)
+        assert states["test_totals"][1] == 3
+        assert states["test_other_totals"][1] == 1  # not advanced on top of a stale base
+    with open_store(store_url, projections=both) as store:
+        assert _state(store_url)["test_other_totals"][1] == 3
+        assert store.verify_projections() == []
+        with store.query("test_other_totals") as (conn, tables):
+            assert conn.execute(select(tables["totals"].c.total)).scalar_one() == 6
