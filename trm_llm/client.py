@@ -20,6 +20,7 @@ from pydantic import SecretStr
 
 from trm_llm.breaker import CircuitBreaker
 from trm_llm.cache import ResponseCache
+from trm_llm.errors import LLMError, SseAnomaly
 from trm_llm.governor import Governor
 from trm_llm.protocols import ChatResult, EventSink
 from trm_llm.retry import RetryPolicy
@@ -132,13 +133,21 @@ class GovernedLLMClient:
         headers = {}
         if self._key is not None:
             headers["Authorization"] = f"Bearer {self._key.get_secret_value()}"
-        return await stream_chat(
-            self._http,
-            self._url,
-            headers,
-            body,
-            self._profile,
-            first_token_s=self._first_token_s,
-            inter_token_s=self._inter_token_s,
-            timing=timing,
-        )
+        try:
+            return await stream_chat(
+                self._http,
+                self._url,
+                headers,
+                body,
+                self._profile,
+                first_token_s=self._first_token_s,
+                inter_token_s=self._inter_token_s,
+                timing=timing,
+            )
+        except LLMError as exc:
+            # A server may echo the key in an error it streams or returns: scrub the message
+            # here, where every attempt's error passes, before anything can show or store it.
+            exc.args = tuple(self._redact(a) if isinstance(a, str) else a for a in exc.args)
+            if isinstance(exc, SseAnomaly):
+                exc.detail = self._redact(exc.detail)
+            raise

@@ -6,8 +6,9 @@ positions are assigned in commit order and readers following the log never skip 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from sqlalchemy import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError
@@ -30,6 +31,13 @@ class Backend(Protocol):
 
     def read_transaction(self) -> AbstractContextManager[Connection]:
         """A transaction that sees one consistent snapshot."""
+
+    def insert_events(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Insert event rows (JSON already serialised) with one driver `executemany`.
+
+        The hot path of every append: SQLAlchemy's per-row parameter processing would cost
+        more than the insert itself.
+        """
 
     def translate(self, error: Exception) -> StoreError | None:
         """The typed error for a driver error this backend understands, else None."""

@@ -145,6 +145,11 @@ class JsonText(str):
 
 # An escaped NUL that is not itself an escaped backslash followed by "u0000".
 _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+# An escaped surrogate that is not half of a pair (json.dumps escapes a valid pair as two).
+_LONE_SURROGATE = re.compile(
+    r"(?<!\\)(?:\\\\)*(?:\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})"
+    r"|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2})"
+)
 
 
 def dumps_json(value: Any, *, what: str) -> JsonText:
@@ -156,6 +161,8 @@ def dumps_json(value: Any, *, what: str) -> JsonText:
         raise EventValidationError(f"{what} is not JSON: {e}") from e
     if "\\u0000" in text and _NUL.search(text):
         raise EventValidationError(f"{what} contains a NUL character")
+    if "\\ud" in text and _LONE_SURROGATE.search(text):
+        raise EventValidationError(f"{what} contains a lone surrogate (not valid Unicode)")
     return JsonText(text)
 
 

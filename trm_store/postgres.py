@@ -7,19 +7,25 @@ next position under it makes position order equal commit order, with no gaps.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from sqlalchemy import URL, Connection, Engine, create_engine, text
 from sqlalchemy.exc import DBAPIError
 
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.events import serialize_json
+from trm_store.schema import EVENT_COLUMNS
 
 __all__ = ["PostgresBackend"]
 
 APPEND_LOCK_KEY = 0x74726D  # "trm"
 _READ_ONLY = "-c default_transaction_read_only=on"
+_INSERT_EVENTS = (
+    f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) "
+    f"VALUES ({', '.join(f'%({name})s' for name in EVENT_COLUMNS)})"
+)
 
 
 class PostgresBackend:
@@ -52,6 +58,9 @@ class PostgresBackend:
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
                 yield conn
+
+    def insert_events(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        conn.exec_driver_sql(_INSERT_EVENTS, list(rows))
 
     def translate(self, error: Exception) -> StoreError | None:
         if not isinstance(error, DBAPIError):

@@ -46,6 +46,9 @@ EVENTS = Table(
     Index("ix_events_type", "type"),
 )
 
+EVENT_COLUMNS = tuple(column.name for column in EVENTS.c)
+"""The events table's columns in order, for the backends' bulk insert."""
+
 PROJECTION_STATE = Table(
     "projection_state",
     METADATA,

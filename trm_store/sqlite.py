@@ -7,7 +7,7 @@ busy timeout instead of failing with "database is locked" when they upgrade a re
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -18,11 +18,21 @@ from sqlalchemy.exc import DBAPIError
 from trm_store.backend import Durability
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.events import serialize_json
+from trm_store.schema import EVENT_COLUMNS
 
 __all__ = ["SqliteBackend"]
 
 BUSY_TIMEOUT_MS = 60_000
+_INSERT_EVENTS = (
+    f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) "
+    f"VALUES ({', '.join(':' + name for name in EVENT_COLUMNS)})"
+)
 _WRITE = "trm_write"
+
+
+def _refuse_attach(action: int, *_args: object) -> int:
+    """sqlite3 authorizer for read-only stores: no ATTACH, so nothing can be reopened writable."""
+    return sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_ATTACH else sqlite3.SQLITE_OK
 
 
 class SqliteBackend:
@@ -59,6 +69,9 @@ class SqliteBackend:
             cursor.execute(f"PRAGMA synchronous={synchronous}")
             cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             cursor.close()
+            if not writable:
+                # mode=ro guards the main file, but raw SQL could ATTACH it again read-write.
+                dbapi_connection.set_authorizer(_refuse_attach)
 
         @event.listens_for(self.engine, "begin")
         def _begin(conn: Connection) -> None:
@@ -78,6 +91,14 @@ class SqliteBackend:
     def read_transaction(self) -> Iterator[Connection]:
         with self.engine.connect() as conn, conn.begin():
             yield conn
+
+    def insert_events(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        # Timestamps stored as SQLAlchemy's DateTime type stores them on SQLite (naive UTC text).
+        params = [
+            {**row, "recorded_at": row["recorded_at"].replace(tzinfo=None).isoformat(" ")}
+            for row in rows
+        ]
+        conn.exec_driver_sql(_INSERT_EVENTS, params)
 
     def translate(self, error: Exception) -> StoreError | None:
         if not isinstance(error, DBAPIError):

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
 
-from sqlalchemy import Connection, Table, insert
+from sqlalchemy import Connection, Table
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from trm_store import domain
@@ -39,7 +39,6 @@ from trm_store.log import events_after, events_by_id, head, heads, stream_events
 from trm_store.migrate import ensure_schema
 from trm_store.projection_runner import Progress, ProjectionSet, require_known
 from trm_store.projections import Projection, registered_projections
-from trm_store.schema import EVENTS
 
 __all__ = ["AppendItem", "Store", "default_url", "open_store"]
 
@@ -49,6 +48,15 @@ AppendItem = tuple[str, Sequence[NewEvent], int | None]
 """(stream_id, events, expected_version) for `Store.append_batch`."""
 
 REPLAY_HINT = "run `trm replay-projections --db URL` (or open the store writable once)"
+
+
+def _storable(text: str) -> bool:
+    """False for text no backend can store: NUL, or lone surrogates (not UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
 
 
 def default_url(url: str | None) -> str:
@@ -225,7 +233,7 @@ class Store:
                 )
             versions[item.stream_id] = current
         try:
-            conn.execute(insert(EVENTS), rows)
+            self._backend.insert_events(conn, rows)
         except IntegrityError as e:
             if "event_id" in str(e.orig):
                 raise _EventIdTaken from e
@@ -251,9 +259,11 @@ class Store:
             not isinstance(stream_id, str)
             or not stream_id.strip()
             or len(stream_id) > _STREAM_ID_MAX
+            or not _storable(stream_id)
         ):
             raise EventValidationError(
-                f"stream_id must be a non-blank string of at most {_STREAM_ID_MAX} characters"
+                f"stream_id must be a non-blank string of at most {_STREAM_ID_MAX} characters,"
+                " valid Unicode without NUL"
             )
         if expected_version is not None and (
             isinstance(expected_version, bool)
