@@ -149,7 +149,10 @@ class StreamAccumulator:
         self._model: str | None = None
 
     def feed_event(self, event: ServerSentEvent) -> bool:
-        """Feed one event; a named `error` event is an error payload."""
+        """Feed one event; a named `error` event is an error payload. Nothing after `[DONE]`
+        counts: the answer was complete there."""
+        if self.done:
+            return False
         if event.event == "error":
             raise SseAnomaly("error_payload", "event: error")
         return self.feed(event.data)
@@ -163,7 +166,7 @@ class StreamAccumulator:
             return False
         try:
             obj = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than Python's stack
             raise SseAnomaly("malformed_json", "data is not JSON") from None
         if not isinstance(obj, dict):
             raise SseAnomaly("malformed_json", "data is not a JSON object")
@@ -195,12 +198,12 @@ class StreamAccumulator:
             raise SseAnomaly("malformed_json", "a choice has a bad delta or index")
         if finish is None:
             self._finish.setdefault(index, None)
+        elif not isinstance(finish, str):
+            raise SseAnomaly("malformed_json", "finish_reason is not a string")
         elif finish in _ERROR_FINISHES:
             raise SseAnomaly("error_payload", f"finish_reason {finish}")
-        elif isinstance(finish, str):
-            self._finish[index] = finish
         else:
-            raise SseAnomaly("malformed_json", "finish_reason is not a string")
+            self._finish[index] = finish
         carried = False
         text = delta.get("content")
         if text and isinstance(text, str):

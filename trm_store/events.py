@@ -77,14 +77,18 @@ class EventType:
     def validate(self, data: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
         """Validate `data` against the model; return its normal form (dumps_json checks it)."""
         if isinstance(data, self.model):  # validated already by the caller's own model
-            return data.model_dump(mode="json")
+            try:
+                return data.model_dump(mode="json")
+            except (ValueError, RecursionError) as e:
+                raise EventValidationError(f"event {self.name!r}: {e}") from e
         if not isinstance(data, Mapping):
             raise EventValidationError(
                 f"event {self.name!r}: data must be a mapping, got {type(data).__name__}"
             )
         try:
             return self.model.model_validate(dict(data)).model_dump(mode="json")
-        except ValidationError as e:
+        except (ValidationError, ValueError, RecursionError) as e:
+            # ValueError: bytes that are not UTF-8, nesting past pydantic's serialisation depth.
             raise EventValidationError(f"event {self.name!r}: {e}") from e
 
     def read(self, schema_version: int, data: dict[str, Any]) -> dict[str, Any]:

@@ -38,8 +38,9 @@ EVENTS = Table(
     Column("stream_version", Integer, nullable=False),
     Column("type", String(128), nullable=False),
     Column("schema_version", Integer, nullable=False),
-    Column("data", JsonColumn, nullable=False),
-    Column("meta", JsonColumn, nullable=False),
+    # Plain JSON, also on PostgreSQL: JSONB would normalise numbers (1e16 reads back as an int).
+    Column("data", JSON(), nullable=False),
+    Column("meta", JSON(), nullable=False),
     Column("recorded_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("event_id", name="uq_events_event_id"),
     UniqueConstraint("stream_id", "stream_version", name="uq_events_stream_version"),
