@@ -7,6 +7,7 @@ before it reaches the log, and old schema versions are upcast when read.
 from __future__ import annotations
 
 import json
+import math
 import re
 import uuid
 from collections.abc import Callable, Mapping
@@ -35,6 +36,7 @@ Upcaster = Callable[[int, dict[str, Any]], dict[str, Any]]
 """Turns the data of an older schema version (given) into the data of the current one."""
 
 _TYPE_NAME_MAX = 128
+_MAX_DEPTH = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,18 +77,19 @@ class EventType:
     upcast: Upcaster | None = field(default=None)
 
     def validate(self, data: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
-        """Validate `data` against the model; return its normal form (dumps_json checks it)."""
-        if isinstance(data, self.model):  # validated already by the caller's own model
-            try:
-                return data.model_dump(mode="json")
-            except (ValueError, RecursionError) as e:
-                raise EventValidationError(f"event {self.name!r}: {e}") from e
-        if not isinstance(data, Mapping):
+        """Validate `data` against the model; return its normal form (dumps_json checks it).
+
+        NaN and infinities are refused even where the model would take them: pydantic's JSON
+        mode would silently write them as null.
+        """
+        if not isinstance(data, self.model | Mapping):
             raise EventValidationError(
                 f"event {self.name!r}: data must be a mapping, got {type(data).__name__}"
             )
+        _refuse_non_finite(data, f"event {self.name!r}")
         try:
-            return self.model.model_validate(dict(data)).model_dump(mode="json")
+            instance = data if isinstance(data, self.model) else self.model.model_validate(data)
+            return instance.model_dump(mode="json")
         except (ValidationError, ValueError, RecursionError) as e:
             # ValueError: bytes that are not UTF-8, nesting past pydantic's serialisation depth.
             raise EventValidationError(f"event {self.name!r}: {e}") from e
@@ -96,6 +99,23 @@ class EventType:
         if schema_version == self.schema_version or self.upcast is None:
             return data
         return self.upcast(schema_version, data)
+
+
+def _refuse_non_finite(value: Any, what: str, depth: int = 0) -> None:
+    """Raise EventValidationError for a NaN or infinite float anywhere in `value`."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise EventValidationError(f"{what}: {value} is not a finite number")
+    elif depth > _MAX_DEPTH:
+        raise EventValidationError(f"{what}: nested deeper than {_MAX_DEPTH} levels")
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            _refuse_non_finite(item, what, depth + 1)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for item in value:
+            _refuse_non_finite(item, what, depth + 1)
+    elif isinstance(value, BaseModel):
+        _refuse_non_finite(value.__dict__, what, depth + 1)
 
 
 _REGISTRY: dict[str, EventType] = {}

@@ -179,7 +179,7 @@ def test_nan_in_data_is_refused_even_when_the_model_allows_it(store: Store) -> N
         value: float
 
     register_event_type("test.loose", Loose)
-    with pytest.raises(EventValidationError, match="not JSON"):
+    with pytest.raises(EventValidationError, match="finite"):
         store.append("s", [NewEvent("test.loose", {"value": float("inf")})])
     assert store.head_position() == 0
 
@@ -287,3 +287,14 @@ def test_write_transaction_translates_driver_errors(store: Store) -> None:
     store.append("s", [added(1)])
     with pytest.raises(StoreError, match="append-only"), store.write_transaction() as conn:
         conn.exec_driver_sql("DELETE FROM events")
+
+
+def test_nan_in_an_any_field_is_refused_not_written_as_null(store: Store) -> None:
+    class Anything(BaseModel):
+        value: object
+
+    register_event_type("test.anything", Anything)
+    for bad in [float("nan"), {"x": [1.0, float("-inf")]}]:
+        with pytest.raises(EventValidationError, match="finite"):
+            store.append("s", [NewEvent("test.anything", {"value": bad})])
+    assert store.head_position() == 0
