@@ -221,7 +221,10 @@ class Plan:
     """The store's append as `learn` saw it: each step's SQL text, the values it sends, and how
     it writes JSON. The reference replays it with values it computes by hand."""
 
-    head: Statement
+    head: Statement | None
+    """The log head alone, when the store reads it apart from the first stream's version."""
+    heads: Statement | None
+    """The log head and the first stream's version in one statement, when the store does that."""
     stream_head: Statement
     insert: str
     columns: tuple[str, ...]
@@ -262,9 +265,17 @@ class RawLog:
             IN_LIST.sub(f"IN ({', '.join('?' * len(ids))})", plan.by_id), ids
         ):
             raise AssertionError("fresh uuid4 ids are never recorded")
-        previous = position = self._step(plan.head, {})[0][0]
         versions: dict[str, int] = {}
-        rows, recorded = [], []
+        if plan.heads is not None:
+            first = prepared[0][0]
+            previous, versions[first] = self._step(plan.heads, {Var.STREAM: first})[0]
+        else:
+            assert plan.head is not None
+            previous = self._step(plan.head, {})[0][0]
+        position = previous
+        rows: list[Any] = []
+        recorded = []
+        named = ":position" in plan.insert
         for stream, evs in prepared:
             if stream not in versions:
                 versions[stream] = self._step(plan.stream_head, {Var.STREAM: stream})[0][0]
@@ -284,7 +295,7 @@ class RawLog:
                     "meta": meta_text,
                     "recorded_at": at,
                 }
-                rows.append(tuple(row[c] for c in plan.columns))
+                rows.append(row if named else tuple(row[c] for c in plan.columns))
                 recorded.append(
                     RecordedEvent(position, eid, stream, v, APPENDED, 1, data, meta, now)
                 )
@@ -546,13 +557,23 @@ def learn(workdir: Path) -> Plan:
     store = fresh(workdir / "trm.db")
     try:
         store.append("bench:warm-up", [NewEvent(APPENDED, appended(k)) for k in range(1000)])
-        with capturing() as sent:
-            [e] = store.append("bench:probe", [NewEvent(APPENDED, appended(0))])
+        with capturing() as sent:  # two streams: the store may read the second one apart
+            e, last = store.append_batch(
+                [
+                    ("bench:probe", [NewEvent(APPENDED, appended(0))], None),
+                    ("bench:probe2", [NewEvent(APPENDED, appended(1))], None),
+                ]
+            )
         with store.write_transaction() as conn:
             stored = conn.exec_driver_sql(LAST_ROW).first()
     finally:
         store.close()
-    known = {"bench:probe": Var.STREAM, e.position - 1: Var.PREVIOUS, e.position: Var.NEW}
+    known = {
+        "bench:probe": Var.STREAM,
+        "bench:probe2": Var.STREAM,
+        e.position - 1: Var.PREVIOUS,
+        last.position: Var.NEW,
+    }
 
     def step(sql: str, params: Sequence[Any]) -> Statement:
         now = [isinstance(p, str) and TIMESTAMP.fullmatch(p) is not None for p in params]
@@ -570,17 +591,20 @@ def learn(workdir: Path) -> Plan:
             steps["by_id"] = sql
         elif "projection_state" in sql:
             steps["advance"] = step(sql, params)
+        elif Var.STREAM in step(sql, params).params and "max(position)" in sql:
+            steps["heads"] = step(sql, params)
         elif Var.STREAM in step(sql, params).params:
             steps["stream_head"] = step(sql, params)
         elif "head" not in steps:
             steps["head"] = step(sql, params)
         else:
             raise SystemExit(f"the bench does not know this step of the store's append: {sql!r}")
-    if stored is None or not {"head", "stream_head", "insert"} <= steps.keys():
+    has_head = "head" in steps or "heads" in steps
+    if stored is None or not has_head or not {"stream_head", "insert"} <= steps.keys():
         raise SystemExit(f"the bench cannot follow the store's append: {[s for s, _ in sent]}")
     canonical = dumps(json.loads(stored[0]), True) == stored[0]
-    advance, by_id = steps.pop("advance", None), steps.pop("by_id", None)
-    return Plan(**steps, advance=advance, by_id=by_id, canonical=canonical)
+    optional = {name: steps.pop(name, None) for name in ("advance", "by_id", "head", "heads")}
+    return Plan(**steps, **optional, canonical=canonical)
 
 
 def check(workdir: Path, shape: Shape, plan: Plan) -> list[str]:
