@@ -10,7 +10,7 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -102,20 +102,31 @@ class EventType:
 
 
 def _refuse_non_finite(value: Any, what: str, depth: int = 0) -> None:
-    """Raise EventValidationError for a NaN or infinite float anywhere in `value`."""
-    if isinstance(value, float):
+    """Raise EventValidationError for a NaN or infinite float anywhere in `value`.
+
+    On every append's path, so plain scalars are skipped without a call.
+    """
+    if type(value) is float or isinstance(value, float):
         if not math.isfinite(value):
             raise EventValidationError(f"{what}: {value} is not a finite number")
-    elif depth > _MAX_DEPTH:
+        return
+    if depth > _MAX_DEPTH:
         raise EventValidationError(f"{what}: nested deeper than {_MAX_DEPTH} levels")
+    if isinstance(value, BaseModel):
+        items: Iterable[Any] = value.__dict__.values()
     elif isinstance(value, Mapping):
-        for item in value.values():
-            _refuse_non_finite(item, what, depth + 1)
+        items = value.values()
     elif isinstance(value, list | tuple | set | frozenset):
-        for item in value:
-            _refuse_non_finite(item, what, depth + 1)
-    elif isinstance(value, BaseModel):
-        _refuse_non_finite(value.__dict__, what, depth + 1)
+        items = value
+    else:
+        return
+    for item in items:
+        if item is None or type(item) in _PLAIN:
+            continue
+        _refuse_non_finite(item, what, depth + 1)
+
+
+_PLAIN = frozenset({str, int, bool})
 
 
 _REGISTRY: dict[str, EventType] = {}
