@@ -36,7 +36,6 @@ from trm_llm import (
     CircuitBreaker,
     GovernedLLMClient,
     RedisResponseCache,
-    RetryPolicy,
     StoreEventSink,
 )
 from trm_llm.breaker import Admission, Transition
@@ -45,7 +44,7 @@ from trm_store.demo.arms import BreakerWait, DemoArm, Requeue
 from trm_store.demo.outcome import Endpoint
 from trm_store.demo.pool import demo_pool
 from trm_store.demo.prompts import Prompt
-from trm_store.demo.run import snapshot
+from trm_store.demo.run import DEMO_RETRY, snapshot
 from trm_store.domain.run_log import RunLog
 
 REQUEUE = Requeue(max_times=3, max_wait_s=5.0)
@@ -152,13 +151,7 @@ class Worker:
                     redis_async, ttl_s=3600, namespace=cfg.cache_namespace, sink=sink
                 ),
                 breaker=breaker,
-                retry=RetryPolicy(
-                    max_attempts=6,
-                    base_delay_s=0.05,
-                    max_delay_s=0.5,
-                    deadline_s=30.0,
-                    retry_after_cap_s=2.0,
-                ),
+                retry=DEMO_RETRY,
                 sink=sink,
                 http=httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None)),
                 first_token_timeout_s=0.8,

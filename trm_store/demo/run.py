@@ -65,6 +65,11 @@ from trm_store.domain.workspace import (
 )
 from trm_store.store import Store, default_url, open_store
 
+DEMO_RETRY = RetryPolicy(
+    max_attempts=6, base_delay_s=0.05, max_delay_s=0.5, deadline_s=30.0, retry_after_cap_s=2.0
+)
+"""Demo-sized retries: short backoff, so a run with injected faults still ends in seconds."""
+
 __all__ = ["cache_path_for", "run_demo", "snapshot"]
 
 WORKSPACE = "trm-demo"
@@ -208,13 +213,7 @@ class _EpochRun:
             api_key=self.options.api_key,
             cache=SqliteResponseCache(self.cache_path, ttl_s=CACHE_TTL_S, sink=sink),
             breaker=breaker,
-            retry=RetryPolicy(
-                max_attempts=6,
-                base_delay_s=0.05,
-                max_delay_s=0.5,
-                deadline_s=30.0,
-                retry_after_cap_s=2.0,
-            ),
+            retry=DEMO_RETRY,
             sink=sink,
             http=http,
             first_token_timeout_s=0.8 if simulated else 60.0,
