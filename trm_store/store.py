@@ -10,7 +10,6 @@ import os
 import socket
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
@@ -27,63 +26,25 @@ from trm_store.errors import (
     StoreError,
 )
 from trm_store.events import (
-    JsonText,
     NewEvent,
     RecordedEvent,
-    check_event_id,
-    dumps_json,
-    event_type,
-    new_event_id,
 )
 from trm_store.log import events_after, events_by_id, head, heads, stream_events, stream_head
 from trm_store.migrate import ensure_schema
+from trm_store.prepare import AppendItem, AppendPreparer, PreparedAppend, check_items
 from trm_store.projection_runner import Progress, ProjectionSet, require_known
 from trm_store.projections import Projection, registered_projections
 
 __all__ = ["AppendItem", "Store", "default_url", "open_store"]
 
 DEFAULT_URL = "sqlite:///trm.db"
-_STREAM_ID_MAX = 255
-AppendItem = tuple[str, Sequence[NewEvent], int | None]
-"""(stream_id, events, expected_version) for `Store.append_batch`."""
 
 REPLAY_HINT = "run `trm replay-projections --db URL` (or open the store writable once)"
-
-
-def _storable(text: str) -> bool:
-    """False for text no backend can store: NUL, or lone surrogates (not UTF-8)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return "\x00" not in text
 
 
 def default_url(url: str | None) -> str:
     """`url`, else TRM_STORE_URL, else ./trm.db."""
     return url or os.environ.get("TRM_STORE_URL") or DEFAULT_URL
-
-
-@dataclass(frozen=True, slots=True)
-class _PreparedEvent:
-    """One validated event, with its JSON serialised once for the insert."""
-
-    event_id: str
-    type: str
-    schema_version: int
-    data: dict[str, Any]
-    data_json: JsonText
-    meta: dict[str, Any]
-    meta_json: JsonText
-
-
-@dataclass(frozen=True, slots=True)
-class _Prepared:
-    stream_id: str
-    expected_version: int | None
-    events: list[_PreparedEvent]
-    ids_given: bool
-    """True when the caller chose any of the event ids (a possible retry)."""
 
 
 class _EventIdTaken(Exception):
@@ -99,8 +60,7 @@ class Store:
         self._backend = backend
         self._projections = ProjectionSet(projections)
         self._batch_size = batch_size
-        self._origin: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid()}
-        self._origin_json = dumps_json(self._origin, what="event meta")
+        self._prepare = AppendPreparer({"host": socket.gethostname(), "pid": os.getpid()})
 
     # -- properties -----------------------------------------------------------------------------
 
@@ -140,7 +100,7 @@ class Store:
 
     def append_batch(self, items: Sequence[AppendItem]) -> list[RecordedEvent]:
         """Append to many streams in one transaction: all of it is written, or none."""
-        prepared = [self._prepare(item) for item in self._check_items(items)]
+        prepared = [self._prepare(item) for item in check_items(items)]
         try:
             with self.write_transaction() as conn:
                 return self._append_locked(conn, prepared)
@@ -156,7 +116,7 @@ class Store:
                 "exactly the same events"
             ) from None
 
-    def _already_recorded(self, prepared: Sequence[_Prepared]) -> list[RecordedEvent] | None:
+    def _already_recorded(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent] | None:
         """The recorded events if every caller-given id of this append is in the log, else None.
 
         Raises EventValidationError when only some of them are.
@@ -188,7 +148,7 @@ class Store:
             raise self._translate(e) from e
 
     def _append_locked(
-        self, conn: Connection, prepared: Sequence[_Prepared]
+        self, conn: Connection, prepared: Sequence[PreparedAppend]
     ) -> list[RecordedEvent]:
         previous_head, first_version = heads(conn, prepared[0].stream_id)
         position = previous_head
@@ -240,71 +200,6 @@ class Store:
             raise
         self._projections.apply_inline(conn, previous_head, position, recorded)
         return recorded
-
-    def _check_items(self, items: Sequence[AppendItem]) -> Sequence[AppendItem]:
-        if isinstance(items, str | bytes) or not isinstance(items, Sequence) or not items:
-            raise EventValidationError(
-                "append_batch takes a non-empty list of (stream_id, events, expected_version)"
-            )
-        for item in items:
-            if not isinstance(item, tuple) or len(item) != 3:
-                raise EventValidationError(
-                    f"append item must be (stream_id, events, expected_version), got {item!r:.80}"
-                )
-        return items
-
-    def _prepare(self, item: AppendItem) -> _Prepared:
-        stream_id, events, expected_version = item
-        if (
-            not isinstance(stream_id, str)
-            or not stream_id.strip()
-            or len(stream_id) > _STREAM_ID_MAX
-            or not _storable(stream_id)
-        ):
-            raise EventValidationError(
-                f"stream_id must be a non-blank string of at most {_STREAM_ID_MAX} characters,"
-                " valid Unicode without NUL"
-            )
-        if expected_version is not None and (
-            isinstance(expected_version, bool)
-            or not isinstance(expected_version, int)
-            or expected_version < 0
-        ):
-            raise EventValidationError(
-                f"expected_version must be None or an int >= 0, got {expected_version!r}"
-            )
-        if isinstance(events, NewEvent) or not isinstance(events, Sequence) or not events:
-            raise EventValidationError(
-                f"stream {stream_id!r}: events must be a non-empty list of NewEvent"
-            )
-        prepared = []
-        for new in events:
-            if not isinstance(new, NewEvent):
-                raise EventValidationError(
-                    f"stream {stream_id!r}: expected NewEvent, got {type(new).__name__}"
-                )
-            registered = event_type(new.type)
-            data = registered.validate(new.data)
-            data_json = dumps_json(data, what=f"event {new.type!r} data")
-            if new.meta is None:
-                meta, meta_json = self._origin, self._origin_json
-            elif isinstance(new.meta, Mapping):
-                meta = {**self._origin, **new.meta}
-                meta_json = dumps_json(meta, what=f"event {new.type!r} meta")
-            else:
-                raise EventValidationError(f"event {new.type!r}: meta must be a mapping")
-            event_id = new_event_id() if new.event_id is None else check_event_id(new.event_id)
-            prepared.append(
-                _PreparedEvent(
-                    event_id, new.type, registered.schema_version, data, data_json, meta, meta_json
-                )
-            )
-        if len({e.event_id for e in prepared}) != len(prepared):
-            raise EventValidationError(
-                f"stream {stream_id!r}: duplicate event_id within one append"
-            )
-        ids_given = any(new.event_id is not None for new in events)
-        return _Prepared(stream_id, expected_version, prepared, ids_given)
 
     # -- reading --------------------------------------------------------------------------------
 

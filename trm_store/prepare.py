@@ -1,0 +1,141 @@
+"""Validation of an append, complete before any database work, so bad input writes nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trm_store.errors import EventValidationError
+from trm_store.events import (
+    JsonText,
+    NewEvent,
+    check_event_id,
+    dumps_json,
+    event_type,
+    new_event_id,
+)
+
+__all__ = [
+    "STREAM_ID_MAX",
+    "AppendItem",
+    "AppendPreparer",
+    "PreparedAppend",
+    "PreparedEvent",
+    "check_items",
+    "storable",
+]
+
+STREAM_ID_MAX = 255
+AppendItem = tuple[str, Sequence[NewEvent], int | None]
+"""(stream_id, events, expected_version) for `Store.append_batch`."""
+
+
+def storable(text: str) -> bool:
+    """False for text no backend can store: NUL, or lone surrogates (not UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEvent:
+    """One validated event, with its JSON serialised once for the insert."""
+
+    event_id: str
+    type: str
+    schema_version: int
+    data: dict[str, Any]
+    data_json: JsonText
+    meta: dict[str, Any]
+    meta_json: JsonText
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedAppend:
+    """One stream's part of an append, validated."""
+
+    stream_id: str
+    expected_version: int | None
+    events: list[PreparedEvent]
+    ids_given: bool
+    """True when the caller chose any of the event ids (a possible retry)."""
+
+
+def check_items(items: Sequence[AppendItem]) -> Sequence[AppendItem]:
+    """Refuse anything but a non-empty list of (stream_id, events, expected_version)."""
+    if isinstance(items, str | bytes) or not isinstance(items, Sequence) or not items:
+        raise EventValidationError(
+            "append_batch takes a non-empty list of (stream_id, events, expected_version)"
+        )
+    for item in items:
+        if not isinstance(item, tuple) or len(item) != 3:
+            raise EventValidationError(
+                f"append item must be (stream_id, events, expected_version), got {item!r:.80}"
+            )
+    return items
+
+
+class AppendPreparer:
+    """Turns append items into validated events with their JSON serialised once; every event
+    carries `origin` (host, pid) in its meta."""
+
+    def __init__(self, origin: dict[str, Any]) -> None:
+        self._origin = origin
+        self._origin_json = dumps_json(origin, what="event meta")
+
+    def __call__(self, item: AppendItem) -> PreparedAppend:
+        """Validate one append item completely, before any database work."""
+        stream_id, events, expected_version = item
+        if (
+            not isinstance(stream_id, str)
+            or not stream_id.strip()
+            or len(stream_id) > STREAM_ID_MAX
+            or not storable(stream_id)
+        ):
+            raise EventValidationError(
+                f"stream_id must be a non-blank string of at most {STREAM_ID_MAX} characters,"
+                " valid Unicode without NUL"
+            )
+        if expected_version is not None and (
+            isinstance(expected_version, bool)
+            or not isinstance(expected_version, int)
+            or expected_version < 0
+        ):
+            raise EventValidationError(
+                f"expected_version must be None or an int >= 0, got {expected_version!r}"
+            )
+        if isinstance(events, NewEvent) or not isinstance(events, Sequence) or not events:
+            raise EventValidationError(
+                f"stream {stream_id!r}: events must be a non-empty list of NewEvent"
+            )
+        prepared = []
+        for new in events:
+            if not isinstance(new, NewEvent):
+                raise EventValidationError(
+                    f"stream {stream_id!r}: expected NewEvent, got {type(new).__name__}"
+                )
+            registered = event_type(new.type)
+            data = registered.validate(new.data)
+            data_json = dumps_json(data, what=f"event {new.type!r} data")
+            if new.meta is None:
+                meta, meta_json = self._origin, self._origin_json
+            elif isinstance(new.meta, Mapping):
+                meta = {**self._origin, **new.meta}
+                meta_json = dumps_json(meta, what=f"event {new.type!r} meta")
+            else:
+                raise EventValidationError(f"event {new.type!r}: meta must be a mapping")
+            event_id = new_event_id() if new.event_id is None else check_event_id(new.event_id)
+            prepared.append(
+                PreparedEvent(
+                    event_id, new.type, registered.schema_version, data, data_json, meta, meta_json
+                )
+            )
+        if len({e.event_id for e in prepared}) != len(prepared):
+            raise EventValidationError(
+                f"stream {stream_id!r}: duplicate event_id within one append"
+            )
+        ids_given = any(new.event_id is not None for new in events)
+        return PreparedAppend(stream_id, expected_version, prepared, ids_given)
