@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-__all__ = ["progress_bar", "report_console"]
+__all__ = ["int_in_range", "progress_bar", "report_console"]
 
 
 def report_console() -> Console:
@@ -25,3 +27,20 @@ def progress_bar(console: Console, *, transient: bool) -> Progress:
         TimeElapsedColumn(),
     )
     return Progress(*columns, console=console, transient=transient)
+
+
+def int_in_range(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse `type` accepting an integer in [low, high] (no upper bound when high is
+    None): a bad value is a usage error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
+            raise argparse.ArgumentTypeError(f"must be {bounds}, got {value}")
+        return value
+
+    return parse

@@ -13,32 +13,12 @@ import sys
 from typing import Any
 from urllib.parse import urlsplit
 
-from trm_store.cli_common import report_console
+from trm_store.cli_common import int_in_range, report_console
 
 __all__ = ["DEFAULT_SEED", "add_parser", "run"]
 
 DEFAULT_SEED = 3  # shows every mechanism: INFRA in both arms, then their re-evaluation
 _SEED_LIMIT = 2**63
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 0 <= value < _SEED_LIMIT:
-        raise argparse.ArgumentTypeError(f"must be in [0, 2**63), got {value}")
-    return value
-
-
-def _concurrency(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 1 <= value <= 256:
-        raise argparse.ArgumentTypeError(f"must be in [1, 256], got {value}")
-    return value
 
 
 def add_parser(commands: Any) -> None:
@@ -62,13 +42,13 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--model", metavar="M", help="the model to ask at --base-url")
     parser.add_argument(
         "--seed",
-        type=_seed,
+        type=int_in_range(0, _SEED_LIMIT - 1),
         default=DEFAULT_SEED,
         help=f"picks the candidate prompt, the simulated model and its faults, the unit order "
         f"(default {DEFAULT_SEED})",
     )
     parser.add_argument(
-        "--concurrency", type=_concurrency, default=8, help="calls in flight (default 8)"
+        "--concurrency", type=int_in_range(1, 256), default=8, help="calls in flight (default 8)"
     )
     parser.add_argument("--json", action="store_true", help="print a JSON summary instead")
     parser.set_defaults(run=run)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from trm_store.cli_common import progress_bar, report_console
+from trm_store.cli_common import int_in_range, progress_bar, report_console
 from trm_store.domain._common import check_id
 from trm_store.store import open_store
 
@@ -29,16 +29,6 @@ if TYPE_CHECKING:
     from trm_store.diagnose_job import Summary, TallyingSink
 
 __all__ = ["add_parser", "governed_client", "run"]
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
 
 
 def add_parser(commands: Any) -> None:
@@ -74,7 +64,7 @@ def add_parser(commands: Any) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument(
-        "--concurrency", type=_positive_int, default=4, help="calls in flight (default: 4)"
+        "--concurrency", type=int_in_range(1), default=4, help="calls in flight (default: 4)"
     )
     parser.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     parser.set_defaults(run=run)
