@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trm_gate.errors import ArmResultError, GateInputError, UnknownStopReasonError
+from trm_store.domain.baseline import INFRA_STOP_REASONS  # one definition of INFRA
 
 __all__ = [
     "INFRA_STOP_REASONS",
@@ -34,7 +35,6 @@ __all__ = [
     "fold_units",
 ]
 
-INFRA_STOP_REASONS: frozenset[str] = frozenset({"error", "parse_error"})
 STOP_REASONS: frozenset[str] = INFRA_STOP_REASONS | {
     "stop",
     "length",
