@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -34,8 +35,10 @@ def append_until_killed(url: str, rebuild_every: int) -> None:
         while True:
             i += 1
             events = store.append(f"s-{i % 5}", [added(i), added(1)])
+            # One write(2) per acknowledgement (< PIPE_BUF, so atomic): a kill can never leave
+            # half a line that print's buffered pieces could produce.
             for event in events:
-                print(event.position, event.event_id, flush=True)
+                os.write(sys.stdout.fileno(), f"{event.position} {event.event_id}\n".encode())
             if i % rebuild_every == 0:
                 store.rebuild_projections()
 
