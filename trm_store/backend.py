@@ -6,18 +6,27 @@ positions are assigned in commit order and readers following the log never skip 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from sqlalchemy import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 
+from trm_store.driver import DriverSql
 from trm_store.errors import StoreError
+from trm_store.schema import EVENT_COLUMNS
 
-__all__ = ["Backend", "Durability", "create_backend", "normalise_url"]
+__all__ = ["INSERT_EVENTS", "Backend", "Durability", "create_backend", "normalise_url"]
 
 Durability = Literal["normal", "full"]
+
+INSERT_EVENTS = DriverSql(
+    f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) "
+    f"VALUES ({', '.join(':' + name for name in EVENT_COLUMNS)})"
+)
+"""The event rows of an append, sent straight to the driver with one `executemany`: JSON
+already serialised, `recorded_at` as the backend's `stored_time`."""
 
 
 class Backend(Protocol):
@@ -29,15 +38,14 @@ class Backend(Protocol):
     def write_transaction(self) -> AbstractContextManager[Connection]:
         """A transaction that holds the store's single writer lock until it ends."""
 
+    def close(self) -> None:
+        """Release every connection (a later transaction opens new ones)."""
+
     def read_transaction(self) -> AbstractContextManager[Connection]:
         """A transaction that sees one consistent snapshot."""
 
-    def insert_events(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Insert event rows (JSON already serialised) with one driver `executemany`.
-
-        The hot path of every append: SQLAlchemy's per-row parameter processing would cost
-        more than the insert itself.
-        """
+    def stored_time(self, at: datetime) -> Any:
+        """`at` as this database's `events.recorded_at` column takes it from the driver."""
 
     def translate(self, error: Exception) -> StoreError | None:
         """The typed error for a driver error this backend understands, else None."""

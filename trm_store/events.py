@@ -82,7 +82,7 @@ class EventType:
         NaN and infinities are refused even where the model would take them: pydantic's JSON
         mode would silently write them as null.
         """
-        if not isinstance(data, self.model | Mapping):
+        if not isinstance(data, (self.model, Mapping)):  # a tuple: no Union built per event
             raise EventValidationError(
                 f"event {self.name!r}: data must be a mapping, got {type(data).__name__}"
             )
@@ -213,8 +213,14 @@ def new_event_id() -> str:
     return str(uuid.uuid4())
 
 
+# A UUID already in its normal form (as `str(uuid4())` writes it): no need to parse it again.
+_NORMAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def check_event_id(event_id: str) -> str:
     """Normalise a caller-provided event id (must be a UUID)."""
+    if isinstance(event_id, str) and _NORMAL_UUID.fullmatch(event_id):
+        return event_id
     try:
         return str(uuid.UUID(str(event_id)))
     except ValueError as e:

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Result, Row, select, text
 
+from trm_store.driver import DriverSql, fetch_all
 from trm_store.events import EventType, RecordedEvent, registered_event_types
 from trm_store.schema import EVENTS
 
@@ -58,20 +59,23 @@ def _recorded(result: Result[Any]) -> list[RecordedEvent]:
     return [to_recorded(row, types) for row in result.all()]
 
 
-# Both run in every append: built once, as plain SQL, so no statement is compiled per call.
+# Built once, as plain SQL, so no statement is compiled per call.
 _HEAD = text("SELECT coalesce(max(position), 0) FROM events")
-_STREAM_HEAD = text("SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :s")
+_STREAM_HEAD = DriverSql("SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :s")
 
 
-_HEADS = text(
+_HEADS = DriverSql(
     "SELECT (SELECT coalesce(max(position), 0) FROM events),"
     " (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :s)"
 )
 
 
 def heads(conn: Connection, stream_id: str) -> tuple[int, int]:
-    """(the log's head, the stream's version) in one round trip: an append needs both."""
-    log_head, stream_version = conn.execute(_HEADS, {"s": stream_id}).one()
+    """(the log's head, the stream's version) in one round trip: an append needs both.
+
+    Sent straight to the driver: it runs in every append (see `trm_store.driver`).
+    """
+    ((log_head, stream_version),) = fetch_all(conn, _HEADS, {"s": stream_id})
     return int(log_head), int(stream_version)
 
 
@@ -81,8 +85,9 @@ def head(conn: Connection) -> int:
 
 
 def stream_head(conn: Connection, stream_id: str) -> int:
-    """The stream's current version (0 when it does not exist)."""
-    return int(conn.execute(_STREAM_HEAD, {"s": stream_id}).scalar_one())
+    """The stream's current version (0 when it does not exist); on the driver, as `heads`."""
+    ((version,),) = fetch_all(conn, _STREAM_HEAD, {"s": stream_id})
+    return int(version)
 
 
 def events_after(

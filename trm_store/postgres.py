@@ -7,25 +7,22 @@ next position under it makes position order equal commit order, with no gaps.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from datetime import datetime
 
-from sqlalchemy import URL, Connection, Engine, create_engine, text
+from sqlalchemy import URL, Connection, Engine, create_engine
 from sqlalchemy.exc import DBAPIError
 
+from trm_store.driver import DriverSql, execute
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.events import serialize_json
-from trm_store.schema import EVENT_COLUMNS
 
 __all__ = ["PostgresBackend"]
 
 APPEND_LOCK_KEY = 0x74726D  # "trm"
 _READ_ONLY = "-c default_transaction_read_only=on"
-_INSERT_EVENTS = (
-    f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) "
-    f"VALUES ({', '.join(f'%({name})s' for name in EVENT_COLUMNS)})"
-)
+_APPEND_LOCK = DriverSql(f"SELECT pg_advisory_xact_lock({APPEND_LOCK_KEY})")
 
 
 class PostgresBackend:
@@ -49,8 +46,11 @@ class PostgresBackend:
         if self.read_only:
             raise ReadOnlyStoreError(f"store {self.describe()} was opened read_only=True")
         with self.engine.connect() as conn, conn.begin():
-            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": APPEND_LOCK_KEY})
+            execute(conn, _APPEND_LOCK, {})
             yield conn
+
+    def close(self) -> None:
+        self.engine.dispose()
 
     @contextmanager
     def read_transaction(self) -> Iterator[Connection]:
@@ -59,8 +59,8 @@ class PostgresBackend:
             with conn.begin():
                 yield conn
 
-    def insert_events(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-        conn.exec_driver_sql(_INSERT_EVENTS, list(rows))
+    def stored_time(self, at: datetime) -> datetime:
+        return at
 
     def translate(self, error: Exception) -> StoreError | None:
         if not isinstance(error, DBAPIError):

@@ -7,8 +7,9 @@ busy timeout instead of failing with "database is locked" when they upgrade a re
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +17,16 @@ from sqlalchemy import URL, Connection, Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError
 
 from trm_store.backend import Durability
+from trm_store.driver import DriverSql, execute
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.events import serialize_json
-from trm_store.schema import EVENT_COLUMNS
+from trm_store.writer_connections import WriterConnections
 
 __all__ = ["SqliteBackend"]
 
 BUSY_TIMEOUT_MS = 60_000
-_INSERT_EVENTS = (
-    f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) "
-    f"VALUES ({', '.join(':' + name for name in EVENT_COLUMNS)})"
-)
-_WRITE = "trm_write"
+_BEGIN = DriverSql("BEGIN")
+_BEGIN_IMMEDIATE = DriverSql("BEGIN IMMEDIATE")
 
 
 def _refuse_attach(action: int, *_args: object) -> int:
@@ -56,12 +55,13 @@ class SqliteBackend:
             connect_args={"timeout": BUSY_TIMEOUT_MS / 1000},
             json_serializer=serialize_json,
         )
+        self._writers = WriterConnections(self.engine)
         synchronous = "FULL" if durability == "full" else "NORMAL"
         writable = not read_only
 
         @event.listens_for(self.engine, "connect")
         def _configure(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
-            # Let SQLAlchemy's "begin" event below decide how each transaction starts.
+            # Transactions begin explicitly: BEGIN IMMEDIATE for writers, BEGIN by the event below.
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
             if writable:
@@ -75,30 +75,41 @@ class SqliteBackend:
 
         @event.listens_for(self.engine, "begin")
         def _begin(conn: Connection) -> None:
-            immediate = conn.get_execution_options().get(_WRITE, False)
-            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+            # Every SQLAlchemy transaction is a real SQLite one; a writer's has begun already.
+            dbapi_connection = conn.connection.dbapi_connection
+            if dbapi_connection is not None and not dbapi_connection.in_transaction:
+                execute(conn, _BEGIN, {})
 
     @contextmanager
     def write_transaction(self) -> Iterator[Connection]:
         if self.read_only:
             raise ReadOnlyStoreError(f"store {self.describe()} was opened read_only=True")
-        with self.engine.connect() as conn:
-            conn = conn.execution_options(**{_WRITE: True})
-            with conn.begin():
-                yield conn
+        conn = self._writers.current()
+        if conn.in_transaction():
+            raise StoreError(
+                "write transactions do not nest: this thread's write transaction is still open"
+            )
+        dbapi_connection = conn.connection.dbapi_connection
+        if dbapi_connection is not None and dbapi_connection.in_transaction:
+            # Left open by an interrupt between BEGIN IMMEDIATE and SQLAlchemy's begin below.
+            dbapi_connection.rollback()
+        execute(conn, _BEGIN_IMMEDIATE, {})
+        with conn.begin():
+            yield conn
+
+    def close(self) -> None:
+        self._writers.close()
+        self.engine.dispose()
 
     @contextmanager
     def read_transaction(self) -> Iterator[Connection]:
         with self.engine.connect() as conn, conn.begin():
             yield conn
 
-    def insert_events(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-        # Timestamps stored as SQLAlchemy's DateTime type stores them on SQLite (naive UTC text).
-        params = [
-            {**row, "recorded_at": row["recorded_at"].replace(tzinfo=None).isoformat(" ")}
-            for row in rows
-        ]
-        conn.exec_driver_sql(_INSERT_EVENTS, params)
+    def stored_time(self, at: datetime) -> str:
+        # As SQLAlchemy's DateTime type stores it on SQLite: naive UTC text, microseconds always
+        # written (isoformat drops them when zero, and text order would stop being time order).
+        return at.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
 
     def translate(self, error: Exception) -> StoreError | None:
         if not isinstance(error, DBAPIError):

@@ -18,7 +18,8 @@ from sqlalchemy import Connection, Table
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from trm_store import domain
-from trm_store.backend import Backend, Durability, create_backend
+from trm_store.backend import INSERT_EVENTS, Backend, Durability, create_backend
+from trm_store.driver import execute_many
 from trm_store.errors import (
     ConcurrencyError,
     EventValidationError,
@@ -154,14 +155,16 @@ class Store:
         position = previous_head
         versions: dict[str, int] = {prepared[0].stream_id: first_version}
         now = datetime.now(UTC)
+        stored_now = self._backend.stored_time(now)
         rows: list[dict[str, Any]] = []
         recorded: list[RecordedEvent] = []
         for item in prepared:
-            if item.stream_id not in versions:
-                versions[item.stream_id] = stream_head(conn, item.stream_id)
-            current = versions[item.stream_id]
+            stream_id = item.stream_id
+            if stream_id not in versions:
+                versions[stream_id] = stream_head(conn, stream_id)
+            current = versions[stream_id]
             if item.expected_version is not None and item.expected_version != current:
-                raise ConcurrencyError(item.stream_id, item.expected_version, current)
+                raise ConcurrencyError(stream_id, item.expected_version, current)
             for event in item.events:
                 position += 1
                 current += 1
@@ -169,31 +172,31 @@ class Store:
                     {
                         "position": position,
                         "event_id": event.event_id,
-                        "stream_id": item.stream_id,
+                        "stream_id": stream_id,
                         "stream_version": current,
                         "type": event.type,
                         "schema_version": event.schema_version,
                         "data": event.data_json,
                         "meta": event.meta_json,
-                        "recorded_at": now,
+                        "recorded_at": stored_now,
                     }
                 )
                 recorded.append(
                     RecordedEvent(
-                        position=position,
-                        event_id=event.event_id,
-                        stream_id=item.stream_id,
-                        version=current,
-                        type=event.type,
-                        schema_version=event.schema_version,
-                        data=event.data,
-                        meta=event.meta,
-                        recorded_at=now,
+                        position,
+                        event.event_id,
+                        stream_id,
+                        current,
+                        event.type,
+                        event.schema_version,
+                        event.data,
+                        event.meta,
+                        now,
                     )
                 )
-            versions[item.stream_id] = current
+            versions[stream_id] = current
         try:
-            self._backend.insert_events(conn, rows)
+            execute_many(conn, INSERT_EVENTS, rows)
         except IntegrityError as e:
             if "event_id" in str(e.orig):
                 raise _EventIdTaken from e
@@ -317,7 +320,7 @@ class Store:
 
     def close(self) -> None:
         """Release every connection."""
-        self._backend.engine.dispose()
+        self._backend.close()
 
     def __enter__(self) -> Self:
         return self

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from pydantic import BaseModel
@@ -65,6 +65,20 @@ def test_retried_append_with_the_same_event_ids_is_exactly_once(store: Store) ->
     assert again == first
     assert store.head_position() == 2
     assert totals(store) == {"s": (3, 2)}
+
+
+@pytest.mark.parametrize(
+    "written",
+    [str, lambda u: str(u).upper(), lambda u: "{" + str(u) + "}", lambda u: u.urn, lambda u: u.hex],
+    ids=["normal", "upper", "braces", "urn", "hex"],
+)
+def test_event_ids_are_stored_in_normal_form_whatever_form_they_are_given_in(
+    store: Store, written: Callable[[uuid.UUID], str]
+) -> None:
+    given = uuid.uuid4()
+    recorded = store.append("s", [added(1, event_id=written(given))])
+    assert recorded[0].event_id == str(given)
+    assert store.append("s", [added(1, event_id=str(given))]) == recorded  # the same event
 
 
 def test_partly_recorded_event_ids_are_refused_and_write_nothing(store: Store) -> None:

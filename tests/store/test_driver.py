@@ -1,0 +1,85 @@
+"""Statements sent straight to the driver keep SQLAlchemy's transaction, error types and events."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+from trm_store.backend import normalise_url
+from trm_store.driver import DriverSql, execute, execute_many, fetch_all
+
+CREATE = DriverSql("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+INSERT = DriverSql("INSERT INTO t (k, v) VALUES (:k, :v)")
+SELECT = DriverSql("SELECT k, v FROM t WHERE k >= :low ORDER BY k")
+DOUBLE = DriverSql("UPDATE t SET v = v || v WHERE k > :k")
+
+
+@pytest.fixture
+def engine(store_url: str) -> Iterator[Engine]:
+    engine = create_engine(normalise_url(store_url))
+    with engine.begin() as conn:
+        execute(conn, CREATE, {})
+    yield engine
+    engine.dispose()
+
+
+def test_rows_in_and_out_within_sqlalchemy_s_transaction(engine: Engine) -> None:
+    with engine.begin() as conn:
+        assert execute_many(conn, INSERT, [{"k": 1, "v": "a"}, {"v": "b", "k": 2}]) == 2
+        assert fetch_all(conn, SELECT, {"low": 0}) == [(1, "a"), (2, "b")]
+        assert execute(conn, DOUBLE, {"k": 1}) == 1
+    with engine.connect() as conn:
+        assert fetch_all(conn, SELECT, {"low": 2}) == [(2, "bb")]
+
+
+def test_a_rolled_back_transaction_takes_driver_statements_with_it(engine: Engine) -> None:
+    with pytest.raises(RuntimeError), engine.begin() as conn:
+        execute(conn, INSERT, {"k": 1, "v": "a"})
+        raise RuntimeError("abort")
+    with engine.connect() as conn:
+        assert fetch_all(conn, SELECT, {"low": 0}) == []
+
+
+@pytest.mark.parametrize(
+    ("statement", "params", "error"),
+    [
+        (INSERT, {"k": 1, "v": None}, IntegrityError),
+        (DriverSql("SELECT * FROM no_such_table"), {}, (OperationalError, ProgrammingError)),
+    ],
+)
+def test_driver_errors_come_out_as_sqlalchemy_s_types(
+    engine: Engine, statement: DriverSql, params: dict[str, Any], error: type[Exception]
+) -> None:
+    with pytest.raises(error) as raised, engine.begin() as conn:
+        execute(conn, statement, params)
+    assert statement.text.split()[0] in str(raised.value)
+
+
+def test_cursor_event_listeners_see_each_statement_sent(engine: Engine) -> None:
+    seen: list[tuple[str, str, Any, bool]] = []
+
+    def before(_conn: Any, _cursor: Any, sql: str, params: Any, _ctx: Any, many: bool) -> None:
+        seen.append(("before", sql, params, many))
+
+    def after(_conn: Any, _cursor: Any, sql: str, params: Any, _ctx: Any, many: bool) -> None:
+        seen.append(("after", sql, params, many))
+
+    event.listen(engine, "before_cursor_execute", before)
+    event.listen(engine, "after_cursor_execute", after)
+    with engine.begin() as conn:
+        execute_many(conn, INSERT, [{"k": 1, "v": "a"}])
+    sql, _ = INSERT.compiled(engine.dialect)
+    assert [(w, s, m) for w, s, _, m in seen] == [("before", sql, True), ("after", sql, True)]
+
+
+def test_the_sql_is_compiled_once_per_dialect_in_its_paramstyle(engine: Engine) -> None:
+    sql, order = INSERT.compiled(engine.dialect)
+    assert INSERT.compiled(engine.dialect)[0] is sql
+    if engine.dialect.name == "sqlite":
+        assert (sql, order) == ("INSERT INTO t (k, v) VALUES (?, ?)", ("k", "v"))
+    else:
+        assert (sql, order) == ("INSERT INTO t (k, v) VALUES (%(k)s, %(v)s)", None)
