@@ -187,11 +187,15 @@ _LONE_SURROGATE = re.compile(
 )
 
 
+# Built once: json.dumps with arguments builds a new encoder per call (~1.5 us, every event).
+_CANONICAL = json.JSONEncoder(allow_nan=False, sort_keys=True, separators=(",", ":"))
+
+
 def dumps_json(value: Any, *, what: str) -> JsonText:
     """Canonical JSON; NaN, infinities, NUL characters and non-JSON values raise
     EventValidationError (PostgreSQL cannot store NUL in JSON, so no backend accepts it)."""
     try:
-        text = json.dumps(value, allow_nan=False, sort_keys=True, separators=(",", ":"))
+        text = _CANONICAL.encode(value)
     except (TypeError, ValueError) as e:
         raise EventValidationError(f"{what} is not JSON: {e}") from e
     if "\\u0000" in text and _NUL.search(text):
