@@ -260,8 +260,9 @@ def test_sqlite_disk_full_is_typed_and_writes_nothing(sqlite_url: str) -> None:
         record_diagnosis(store, run_id="r1", question_id="q1", tier="wrong")
         before = list(store.read_all())
         # A "full disk": no connection of this store may grow the file past its current size.
-        engine = store._backend.engine  # the store's own connections (the pragma is per connection)
-        engine.dispose()
+        # The store's own connections (the pragma is per connection): closed, reopened capped.
+        store._backend.close()
+        engine = store._backend.engine
 
         def _cap(dbapi_connection: Any, _record: Any) -> None:
             pages = dbapi_connection.execute("PRAGMA page_count").fetchone()[0]
