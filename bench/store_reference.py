@@ -5,6 +5,7 @@ Kept apart from the timing and the report (store_bench.py) so each file has one 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import MetaData
+from sqlalchemy import MetaData, Table
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 
@@ -314,19 +315,17 @@ class RawRuns:
             f"stop_reason, fields) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, "
             f"question_id) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in keep)}"
         )
-        self.version = f"UPDATE {r} SET version=? WHERE {r}.run_id = ?"
-        self.register = (
-            f"UPDATE {r} SET status='running', finished_at=NULL, config=?, host=?, pid=?, "
-            f"reason=NULL, error=NULL, version=?, last_event_at=? WHERE {r}.run_id = ?"
-        )
-        self.insert = (
+        self.version = f"UPDATE {r} SET version = ? WHERE run_id = ?"
+        again = ("status", "finished_at", "config", "host", "pid", "reason", "error")
+        self.register = (  # one upsert: a resumed run keeps its started_at
             f"INSERT INTO {r} (run_id, status, started_at, finished_at, config, host, pid, reason,"
-            f" error, version, last_event_at) VALUES (?, 'running', ?, NULL, ?, ?, ?, NULL, NULL,"
-            " ?, ?)"
+            " error, last_event_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT"
+            f" (run_id) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in again)}, "
+            "last_event_at = excluded.last_event_at, version = excluded.version"
         )
         self.complete = (
-            f"UPDATE {r} SET status='completed', finished_at=?, version=?, last_event_at=? "
-            f"WHERE {r}.run_id = ?"
+            f"UPDATE {r} SET status = ?, finished_at = ?, last_event_at = ?, version = ? "
+            "WHERE run_id = ?"
         )
 
     def ddl(self) -> list[str]:
@@ -334,8 +333,13 @@ class RawRuns:
         out = []
         for table in self.tables.values():
             out.append(str(CreateTable(table).compile(dialect=dialect)))
-            out += [str(CreateIndex(i).compile(dialect=dialect)) for i in table.indexes]
+            out += self.indexes(table)
         return out
+
+    @staticmethod
+    def indexes(table: Table) -> list[str]:
+        dialect = sqlite_dialect.dialect()
+        return [str(CreateIndex(i).compile(dialect=dialect)) for i in table.indexes]
 
     def apply(self, conn: sqlite3.Connection, events: Sequence[RecordedEvent]) -> None:
         rows: dict[tuple[str, str], tuple[Any, ...]] = {}
@@ -343,7 +347,6 @@ class RawRuns:
         for e in events:
             run_id, d = e.stream_id.removeprefix("run:"), e.data
             versions[run_id] = e.version
-            at = sql_time(e.recorded_at)
             if e.type == PREDICTION:
                 rows[(run_id, d["question_id"])] = (
                     run_id,
@@ -356,16 +359,16 @@ class RawRuns:
                     dumps(d["fields"], self.canonical),
                 )
             elif e.type == REGISTERED:
+                started = sql_time(datetime.fromisoformat(d["started_at"]))
                 config = dumps(d["config"], self.canonical)
-                values = (config, d["host"], d["pid"], e.version, at, run_id)
-                if conn.execute(self.register, values).rowcount == 0:
-                    started = sql_time(datetime.fromisoformat(d["started_at"]))
-                    conn.execute(
-                        self.insert, (run_id, started, config, d["host"], d["pid"], e.version, at)
-                    )
+                at = sql_time(e.recorded_at)
+                host, pid = d["host"], d["pid"]
+                row = (run_id, "running", started, None, config, host, pid, None, None, at)
+                conn.execute(self.register, (*row, e.version))
             elif e.type == COMPLETED:
                 finished = sql_time(datetime.fromisoformat(d["finished_at"]))
-                conn.execute(self.complete, (finished, e.version, at, run_id))
+                at = sql_time(e.recorded_at)
+                conn.execute(self.complete, ("completed", finished, at, e.version, run_id))
             else:
                 raise AssertionError(f"the bench log has no {e.type} events")
         if rows:
@@ -374,7 +377,8 @@ class RawRuns:
 
 
 def raw_rebuild(path: Path, canonical: bool) -> int:
-    """The store's rebuild of `runs` (scratch tables, a commit per batch, one swap), by hand."""
+    """The store's rebuild of `runs` (scratch tables, a commit per batch, one swap), by hand:
+    the cyclic GC paused during the fill and the scratch tables renamed in, as the store does."""
     conn = connect(path)
     scratch, live = RawRuns("__rebuild", canonical), RawRuns("", canonical)
     current = schema_versions()
@@ -390,28 +394,31 @@ def raw_rebuild(path: Path, canonical: bool) -> int:
         conn.execute(sql)
     conn.execute("COMMIT")
     after = applied = 0
-    while True:
-        conn.execute("BEGIN IMMEDIATE")
-        batch = [to_event(r, current) for r in conn.execute(SQL_AFTER, (after, BATCH, 0))]
-        mine = [e for e in batch if e.type in (REGISTERED, PREDICTION, COMPLETED)]
-        if mine:
-            scratch.apply(conn, mine)
-        conn.execute("COMMIT")
-        applied += len(mine)
-        if len(batch) < BATCH:
-            break
-        after = batch[-1].position
+    gc.disable()
+    try:
+        while True:
+            conn.execute("BEGIN IMMEDIATE")
+            batch = [to_event(r, current) for r in conn.execute(SQL_AFTER, (after, BATCH, 0))]
+            mine = [e for e in batch if e.type in (REGISTERED, PREDICTION, COMPLETED)]
+            if mine:
+                scratch.apply(conn, mine)
+            conn.execute("COMMIT")
+            applied += len(mine)
+            if len(batch) < BATCH:
+                break
+            after = batch[-1].position
+    finally:
+        gc.enable()
     conn.execute("BEGIN IMMEDIATE")
     head = conn.execute(SQL_LAST).fetchone()[0]
-    for table in live.tables.values():
-        conn.execute(f"DROP TABLE IF EXISTS {table.name}")
-    for sql in live.ddl():
-        conn.execute(sql)
     for logical, table in live.tables.items():
-        columns = ", ".join(c.name for c in table.c)
-        source = scratch.tables[logical].name
-        conn.execute(f"INSERT INTO {table.name} ({columns}) SELECT {columns} FROM {source}")
-        conn.execute(f"DROP TABLE {source}")
+        source = scratch.tables[logical]
+        for index in source.indexes:
+            conn.execute(f"DROP INDEX {index.name}")
+        conn.execute(f"DROP TABLE IF EXISTS {table.name}")
+        conn.execute(f"ALTER TABLE {source.name} RENAME TO {table.name}")
+        for sql in live.indexes(table):
+            conn.execute(sql)
     conn.execute("DELETE FROM projection_state WHERE name=?", ("runs",))
     conn.execute("INSERT INTO projection_state VALUES ('runs', 1, ?, 'ready', ?)", (head, now))
     conn.execute("COMMIT")

@@ -1,20 +1,22 @@
 """Keeps a store's projections equal to a replay of its log: inline, on recovery, on demand.
 
 Rebuilds go into scratch tables (committed batch by batch, so memory is bounded by a batch) and
-are swapped in with one transaction under the writer lock: readers see the old table or the new
-one, never a half-built one. A rebuild that dies leaves the projection marked `rebuilding`, and
-the next writable open rebuilds it again.
+are renamed into place with one transaction under the writer lock: readers see the old table or
+the new one, never a half-built one. A rebuild that dies leaves the projection marked
+`rebuilding`, and the next writable open rebuilds it again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
-from contextlib import AbstractContextManager
+import gc
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import Connection, MetaData, Table, delete, func, insert, select, text, update
 
+from trm_store.driver import DriverSql, execute
 from trm_store.errors import StoreError
 from trm_store.events import RecordedEvent
 from trm_store.log import events_after, head
@@ -53,12 +55,11 @@ class ProjectionSet:
         self.live: dict[str, dict[str, Table]] = {
             name: p.define(MetaData(), "") for name, p in self.projections.items()
         }
-        # Built once: this statement runs in every append, so it must not be rebuilt (and its
-        # SQLAlchemy cache key recomputed) each time.
+        # Built once and sent straight to the driver: it runs in every append.
         current = " OR ".join(
             f"(name = :name_{i} AND version = :version_{i})" for i in range(len(self.projections))
         )
-        self._advance = text(
+        self._advance = DriverSql(
             "UPDATE projection_state SET checkpoint = :new_head "
             f"WHERE checkpoint = :previous_head AND ({current})"
         )
@@ -75,10 +76,11 @@ class ProjectionSet:
         """Advance every projection that was current at `previous_head` by `events`."""
         if not self.projections:
             return
-        moved = conn.execute(
+        moved = execute(
+            conn,
             self._advance,
             {**self._advance_params, "new_head": new_head, "previous_head": previous_head},
-        ).rowcount
+        )
         if moved == len(self.projections):  # the common case: every projection was current
             advanced: Collection[str] = self.projections
         else:
@@ -87,9 +89,10 @@ class ProjectionSet:
                 for name, status in self.statuses(conn).items()
                 if status.checkpoint == new_head and name in self.projections
             }
+        present = {e.type for e in events}
         for name in advanced:
             projection = self.projections[name]
-            mine = [e for e in events if e.type in projection.event_types]
+            mine = _of_types(events, projection.event_types, present)
             if mine:
                 projection.apply(conn, self.live[name], mine)
 
@@ -171,17 +174,8 @@ class ProjectionSet:
             last = head(conn)
             counts = self._finish_scratch(conn, chosen, scratch, last, batch_size)
             for p in chosen:
-                live = p.define(MetaData(), "")
-                for logical, table in live.items():
-                    table.drop(conn, checkfirst=True)
-                    table.create(conn)
-                    source = scratch.tables[p.name][logical]
-                    conn.execute(
-                        insert(table).from_select(
-                            [c.name for c in table.c], select(*[source.c[c.name] for c in table.c])
-                        )
-                    )
-                    source.drop(conn)
+                for logical, table in p.define(MetaData(), "").items():
+                    _swap(conn, scratch.tables[p.name][logical], table)
                 _set_status(conn, p.name, p.version, last, "ready")
         return counts
 
@@ -225,14 +219,15 @@ class ProjectionSet:
                 for table in tables.values():
                     table.drop(conn, checkfirst=True)
                     table.create(conn)
-        while True:
-            with write() as conn:
-                batch = events_after(conn, scratch.position, batch_size)
-                self._dispatch(conn, chosen, scratch, batch)
-            if progress is not None and batch:
-                progress(len(batch))
-            if len(batch) < batch_size:
-                return scratch
+        with _cyclic_gc_paused():
+            while True:
+                with write() as conn:
+                    batch = events_after(conn, scratch.position, batch_size)
+                    self._dispatch(conn, chosen, scratch, batch)
+                if progress is not None and batch:
+                    progress(len(batch))
+                if len(batch) < batch_size:
+                    return scratch
 
     def _finish_scratch(
         self,
@@ -257,13 +252,26 @@ class ProjectionSet:
         scratch: _Scratch,
         batch: Sequence[RecordedEvent],
     ) -> None:
+        present = {e.type for e in batch}
         for p in chosen:
-            mine = [e for e in batch if e.type in p.event_types]
+            mine = _of_types(batch, p.event_types, present)
             if mine:
                 p.apply(conn, scratch.tables[p.name], mine)
             scratch.counts[p.name] = scratch.counts.get(p.name, 0) + len(mine)
         if batch:
             scratch.position = batch[-1].position
+
+
+def _of_types(
+    events: Sequence[RecordedEvent], types: Collection[str], present: Collection[str]
+) -> Sequence[RecordedEvent]:
+    """The events of `types`, given the types `present` among them: no pass over the events
+    when none or all of them are wanted (a rebuild is mostly the latter, for one projection)."""
+    if all(t in types for t in present):
+        return events
+    if not any(t in types for t in present):
+        return ()
+    return [e for e in events if e.type in types]
 
 
 @dataclass(slots=True)
@@ -291,6 +299,62 @@ def _replay(
         applied += len(batch)
         after = batch[-1].position
     return applied
+
+
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block, if it was on.
+
+    A fill allocates millions of short-lived containers (decoded event data, rows to write), and
+    each burst of allocations sets off collections that find no cycle, some of them walking every
+    long-lived object of the process: measured at 20-25% of a rebuild. Those containers are freed
+    by reference counting, so memory stays bounded by a batch; the few cycles made meanwhile are
+    collected once the collector is back on. The switch is process-wide: a thread that finds it
+    already off (another fill, or an application's choice) leaves it as it found it.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _swap(conn: Connection, scratch: Table, live: Table) -> None:
+    """Make the filled `scratch` table the `live` one by renaming it: no row is copied.
+
+    Index names are global and end with the suffix, so the scratch table's own indexes are
+    dropped and the live ones built on the renamed table (SQLite has no ALTER INDEX ... RENAME).
+    PostgreSQL names a table's primary key index and serial sequences after the table: those
+    are renamed, or the next scratch table would get numbered names.
+    """
+    for index in scratch.indexes:
+        index.drop(conn)
+    live.drop(conn, checkfirst=True)
+    quote = conn.dialect.identifier_preparer.quote
+    conn.execute(text(f"ALTER TABLE {quote(scratch.name)} RENAME TO {quote(live.name)}"))
+    for index in live.indexes:
+        index.create(conn)
+    if conn.dialect.name == "postgresql":
+        named_after = conn.execute(
+            _NAMED_AFTER_TABLE, {"table": quote(live.name), "prefix": scratch.name}
+        )
+        for relation, kind in named_after:
+            renamed = live.name + relation.removeprefix(scratch.name)
+            what = "INDEX" if kind == "i" else "SEQUENCE"
+            conn.execute(text(f"ALTER {what} {quote(relation)} RENAME TO {quote(renamed)}"))
+
+
+_NAMED_AFTER_TABLE = text(
+    "SELECT c.relname, c.relkind FROM pg_class c"
+    " WHERE starts_with(c.relname, :prefix) AND c.oid IN ("
+    "  SELECT indexrelid FROM pg_index WHERE indrelid = CAST(:table AS regclass)"
+    "  UNION SELECT objid FROM pg_depend"
+    "  WHERE refobjid = CAST(:table AS regclass) AND classid = 'pg_class'::regclass)"
+)
+"""The indexes and owned sequences of a PostgreSQL table whose names start with `prefix`."""
 
 
 def _set_status(conn: Connection, name: str, version: int, checkpoint: int, status: str) -> None:

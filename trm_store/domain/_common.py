@@ -1,17 +1,20 @@
-"""Helpers every domain module shares: argument checks, strict event models, UTC times, upserts."""
+"""Helpers every domain module shares: argument checks, strict event models, UTC times, writes."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlalchemy import Connection, Table
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect
 
 from trm_store.domain.errors import DomainInputError
+from trm_store.driver import DriverSql, execute_many
 
 __all__ = [
     "ID_MAX",
@@ -22,6 +25,7 @@ __all__ = [
     "check_id",
     "check_int",
     "stream_id",
+    "update_rows",
     "upsert",
     "validated",
 ]
@@ -100,13 +104,81 @@ def upsert(
     update: Sequence[str],
 ) -> None:
     """Insert `rows` (one executemany), replacing the `update` columns of rows whose `keys`
-    exist; within `rows` the last row per key wins."""
+    exist; within `rows` the last row per key wins. Every row has the columns of the first."""
     if not rows:
         return
-    last = {tuple(r[k] for k in keys): r for r in rows}
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    stmt = dialect.insert(table)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=list(keys), set_={c: stmt.excluded[c] for c in update}
+    key_of = itemgetter(*keys)
+    last = {key_of(r): r for r in rows}
+    statement = _statement(conn.dialect, table, tuple(rows[0]), tuple(keys), tuple(update))
+    execute_many(conn, statement.sql, [statement.bind(r) for r in last.values()])
+
+
+def update_rows(
+    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], keys: Sequence[str]
+) -> None:
+    """Set the other columns of each row where its `keys` match (one executemany). Every row
+    has the columns of the first."""
+    if not rows:
+        return
+    statement = _statement(conn.dialect, table, tuple(rows[0]), tuple(keys), None)
+    execute_many(conn, statement.sql, [statement.bind(r) for r in rows])
+
+
+@dataclass(frozen=True, slots=True)
+class _Statement:
+    """A projection's write, built once per table, dialect and shape.
+
+    Projections write on every append and for every event of a rebuild, so the SQL is sent
+    straight to the driver (`trm_store.driver`), and values go through the column types' own
+    bind processors: stored exactly as SQLAlchemy stores them, without its per-row work.
+    """
+
+    sql: DriverSql
+    processors: tuple[tuple[str, Callable[[Any], Any]], ...]
+    """(column, its bind processor) for the columns whose type converts values."""
+
+    def bind(self, row: Mapping[str, Any]) -> Mapping[str, Any]:
+        if not self.processors:
+            return row
+        bound = dict(row)
+        for column, process in self.processors:
+            bound[column] = process(bound[column])
+        return bound
+
+
+def _statement(
+    dialect: Dialect,
+    table: Table,
+    columns: tuple[str, ...],
+    keys: tuple[str, ...],
+    upsert: tuple[str, ...] | None,
+) -> _Statement:
+    """The upsert of `columns` replacing `upsert` on a conflict of `keys` (or, for None, the
+    update of the other columns where `keys` match), kept in the table's `info`: a scratch
+    table's statements go with it. Kept per driver, not per engine: every engine of a store
+    serialises JSON with `serialize_json`."""
+    cache: dict[tuple[object, ...], _Statement] = table.info.setdefault("trm_statements", {})
+    shape = (dialect.name, dialect.driver, dialect.paramstyle, columns, keys, upsert)
+    found = cache.get(shape)
+    if found is not None:
+        return found
+    quote = dialect.identifier_preparer.quote
+    target = dialect.identifier_preparer.format_table(table)
+    if upsert is None:
+        sets = ", ".join(f"{quote(c)} = :{c}" for c in columns if c not in keys)
+        where = " AND ".join(f"{quote(k)} = :{k}" for k in keys)
+        sql = f"UPDATE {target} SET {sets} WHERE {where}"
+    else:
+        names, values = ", ".join(map(quote, columns)), ", ".join(f":{c}" for c in columns)
+        sets = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in upsert)
+        sql = (
+            f"INSERT INTO {target} ({names}) VALUES ({values}) "
+            f"ON CONFLICT ({', '.join(map(quote, keys))}) DO UPDATE SET {sets}"
+        )
+    processors = tuple(
+        (c, process)
+        for c in columns
+        if (process := table.c[c].type.dialect_impl(dialect).bind_processor(dialect))
     )
-    conn.execute(stmt, list(last.values()))
+    found = cache[shape] = _Statement(DriverSql(sql), processors)
+    return found

@@ -23,14 +23,18 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    bindparam,
     func,
-    insert,
     select,
-    update,
 )
 
-from trm_store.domain._common import DomainModel, as_utc, check_id, stream_id, upsert
+from trm_store.domain._common import (
+    DomainModel,
+    as_utc,
+    check_id,
+    stream_id,
+    update_rows,
+    upsert,
+)
 from trm_store.domain.errors import UnknownRunError
 from trm_store.events import RecordedEvent, register_event_type
 from trm_store.projections import Projection, register_projection
@@ -137,7 +141,7 @@ class RunsProjection(Projection):
         rows: dict[tuple[str, str], dict[str, Any]] = {}
         versions: dict[str, int] = {}
         for event in events:
-            run_id = event.stream_id.removeprefix(f"{STREAM}:")
+            run_id = event.stream_id.removeprefix(_STREAM_PREFIX)
             versions[run_id] = event.version
             if event.type == PREDICTION_RECORDED:
                 key = (run_id, event.data["question_id"])
@@ -146,26 +150,22 @@ class RunsProjection(Projection):
                 seq = rows[key]["seq"] if key in rows else event.version
                 rows[key] = {"run_id": run_id, "seq": seq, **event.data}
             else:
+                # In order: a run may register, end and register again within one batch.
                 self._change_run(conn, runs, run_id, event)
-        upsert(
-            conn,
-            predictions,
-            list(rows.values()),
-            keys=("run_id", "question_id"),
-            update=("unit_id", "prediction", "correct", "stop_reason", "fields"),
-        )
-        conn.execute(
-            update(runs).where(runs.c.run_id == bindparam("rid")).values(version=bindparam("v")),
-            [{"rid": r, "v": v} for r, v in versions.items()],
+        upsert(conn, predictions, list(rows.values()), keys=_PREDICTION_KEY, update=_PREDICTED)
+        update_rows(
+            conn, runs, [{"run_id": r, "version": v} for r, v in versions.items()], _RUN_KEY
         )
 
     @staticmethod
     def _change_run(conn: Connection, runs: Table, run_id: str, event: RecordedEvent) -> None:
-        data, key = event.data, runs.c.run_id == run_id
+        data = event.data
         touched: dict[str, Any] = {"last_event_at": event.recorded_at, "version": event.version}
         if event.type == REGISTERED:
-            values = {
+            row = {
+                "run_id": run_id,
                 "status": "running",
+                "started_at": datetime.fromisoformat(data["started_at"]),
                 "finished_at": None,
                 "config": data["config"],
                 "host": data["host"],
@@ -174,28 +174,38 @@ class RunsProjection(Projection):
                 "error": None,
                 **touched,
             }
-            started = datetime.fromisoformat(data["started_at"])
-            # A resumed run keeps the time it first started.
-            if conn.execute(update(runs).where(key).values(**values)).rowcount == 0:
-                conn.execute(insert(runs).values(run_id=run_id, started_at=started, **values))
-        elif event.type == COMPLETED:
-            finished = datetime.fromisoformat(data["finished_at"])
-            conn.execute(
-                update(runs).where(key).values(status="completed", finished_at=finished, **touched)
-            )
+            # A resumed run keeps the time it first started: everything else is replaced.
+            upsert(conn, runs, [row], keys=_RUN_KEY, update=_REREGISTERED)
+            return
+        finished = datetime.fromisoformat(data["finished_at"])
+        if event.type == COMPLETED:
+            ended = {"status": "completed", "finished_at": finished}
         else:
-            finished = datetime.fromisoformat(data["finished_at"])
-            conn.execute(
-                update(runs)
-                .where(key)
-                .values(
-                    status="failed",
-                    finished_at=finished,
-                    reason=data["reason"],
-                    error=data["error"],
-                    **touched,
-                )
-            )
+            ended = {
+                "status": "failed",
+                "finished_at": finished,
+                "reason": data["reason"],
+                "error": data["error"],
+            }
+        update_rows(conn, runs, [{"run_id": run_id, **ended, **touched}], _RUN_KEY)
+
+
+_STREAM_PREFIX = f"{STREAM}:"
+_RUN_KEY = ("run_id",)
+_REREGISTERED = (
+    "status",
+    "finished_at",
+    "config",
+    "host",
+    "pid",
+    "reason",
+    "error",
+    "last_event_at",
+    "version",
+)
+"""What a registration sets on a run already registered (all but its start)."""
+_PREDICTION_KEY = ("run_id", "question_id")
+_PREDICTED = ("unit_id", "prediction", "correct", "stop_reason", "fields")
 
 
 register_projection(RunsProjection())

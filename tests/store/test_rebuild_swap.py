@@ -1,0 +1,198 @@
+"""Rebuilds rename their scratch tables in: live names, indexes, readers' view, the collector.
+
+Also: projections' writes on the driver (`upsert`, `update_rows`) store what SQLAlchemy stores.
+"""
+
+from __future__ import annotations
+
+import gc
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import Connection, MetaData, insert, inspect, text, update
+
+from trm_store import Store, open_store
+from trm_store.domain._common import update_rows, upsert
+from trm_store.domain.run_log import RunLog
+from trm_store.domain.runs import RunsProjection, read_predictions, run_info
+from trm_store.projections import registered_projections
+
+RUN = "r1"
+QUESTIONS = 2500
+"""More than a rebuild's batch of 1000 events: the fill commits several times."""
+
+
+def _record(store: Store) -> None:
+    with RunLog(store, RUN, config={"model": "m"}, batch_size=500) as log:
+        for i in range(QUESTIONS):
+            log.record_prediction(
+                f"q{i:05d}", unit_id="u", prediction="A", correct=i % 2 == 0, stop_reason="stop"
+            )
+
+
+def _tamper(store: Store) -> None:
+    """Make the live table differ from a replay, so a reader can tell old from new."""
+    with store.write_transaction() as conn:
+        conn.execute(text("UPDATE predictions SET stop_reason = 'tampered'"))
+
+
+def _stop_reasons(store: Store) -> set[str]:
+    return {p["stop_reason"] for p in read_predictions(store, RUN)}
+
+
+def _relations(conn: Connection) -> set[str]:
+    """The names of every table, index and sequence of the store."""
+    if conn.dialect.name == "sqlite":
+        return set(conn.execute(text("SELECT name FROM sqlite_master")).scalars())
+    query = text(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'i', 'S')"
+    )
+    return set(conn.execute(query).scalars())
+
+
+def test_renamed_tables_keep_the_live_names_of_their_indexes_and_keys(store_url: str) -> None:
+    with open_store(store_url) as store:
+        _record(store)
+        before = run_info(store, RUN), read_predictions(store, RUN)
+        seen = []
+        for _ in range(2):  # a second rebuild finds no name left taken by the first
+            store.rebuild_projections()
+            assert (run_info(store, RUN), read_predictions(store, RUN)) == before
+            with store.write_transaction() as conn:
+                seen.append(_relations(conn))
+                assert not [name for name in seen[-1] if "__rebuild" in name]
+                inspector = inspect(conn)
+                for projection in registered_projections().values():
+                    for table in projection.define(MetaData(), "").values():
+                        declared = {i.name for i in table.indexes}
+                        assert {i["name"] for i in inspector.get_indexes(table.name)} == declared
+                        if conn.dialect.name == "postgresql":  # as CREATE TABLE names it
+                            key = inspector.get_pk_constraint(table.name)["name"]
+                            assert key == f"{table.name}_pkey"
+        assert seen[0] == seen[1]
+
+
+def test_readers_see_the_old_table_during_a_rebuild_and_the_new_one_after(
+    store_url: str,
+) -> None:
+    with open_store(store_url) as store:
+        _record(store)
+        _tamper(store)
+        during: list[set[str]] = []
+        applied = store.rebuild_projections(
+            only="runs", progress=lambda n: during.append(_stop_reasons(store))
+        )
+        assert applied == {"runs": QUESTIONS + 2}
+        assert len(during) == 3 and all(seen == {"tampered"} for seen in during)
+        assert _stop_reasons(store) == {"stop"}
+        assert store.verify_projections() == []
+
+
+def test_a_read_transaction_open_across_the_swap_keeps_its_snapshot(sqlite_url: str) -> None:
+    """SQLite readers do not block the swap: one that began before it sees the old table whole.
+    (PostgreSQL's swap waits for such a reader instead.)"""
+    with open_store(sqlite_url) as store:
+        _record(store)
+        _tamper(store)
+        with store.query("runs") as (conn, tables):
+            stop_reason = tables["predictions"].c.stop_reason
+            old = conn.execute(stop_reason.table.select().with_only_columns(stop_reason)).all()
+            store.rebuild_projections(only="runs")
+            again = conn.execute(stop_reason.table.select().with_only_columns(stop_reason)).all()
+        assert again == old and {r.stop_reason for r in old} == {"tampered"}
+        assert _stop_reasons(store) == {"stop"}
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_paused_during_the_fill_and_left_as_it_was(
+    sqlite_url: str, enabled: bool
+) -> None:
+    was = gc.isenabled()
+    try:
+        with open_store(sqlite_url) as store:
+            _record(store)
+            (gc.enable if enabled else gc.disable)()
+            during: list[bool] = []
+            store.rebuild_projections(only="runs", progress=lambda n: during.append(gc.isenabled()))
+            assert during == [False] * 3 and gc.isenabled() is enabled
+
+            def fail(n: int) -> None:
+                raise RuntimeError("stopped")
+
+            with pytest.raises(RuntimeError, match="stopped"):
+                store.rebuild_projections(only="runs", progress=fail)
+            assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_driver_writes_store_values_as_sqlalchemy_does(store_url: str) -> None:
+    """Datetimes, booleans, JSON (None included) and NULLs: the same stored values, compared as
+    the driver returns them."""
+    started = datetime(2026, 3, 1, 12, 30, 0, 5, tzinfo=UTC)
+    run = {
+        "run_id": "r",
+        "status": "running",
+        "started_at": started,
+        "finished_at": None,
+        "config": None,
+        "host": "h",
+        "pid": 7,
+        "reason": None,
+        "error": None,
+        "version": 1,
+        "last_event_at": started,
+    }
+    prediction = {
+        "run_id": "r",
+        "question_id": "q",
+        "seq": 2,
+        "unit_id": "u",
+        "prediction": {"b": [1, 2.5, None], "a": "é"},
+        "correct": False,
+        "stop_reason": "stop",
+        "fields": {"tokens": 3},
+    }
+    ended = {"run_id": "r", "status": "completed", "finished_at": started, "version": 3}
+    by_driver = RunsProjection().define(MetaData(), "_by_driver")
+    by_sqlalchemy = RunsProjection().define(MetaData(), "_by_sqlalchemy")
+    with open_store(store_url, projections={}) as store, store.write_transaction() as conn:
+        for table in [*by_driver.values(), *by_sqlalchemy.values()]:
+            table.create(conn)
+        upsert(conn, by_driver["runs"], [run], keys=("run_id",), update=("status",))
+        keys = ("run_id", "question_id")
+        upsert(conn, by_driver["predictions"], [prediction], keys=keys, update=("seq",))
+        update_rows(conn, by_driver["runs"], [ended], keys=("run_id",))
+        conn.execute(insert(by_sqlalchemy["runs"]).values(run))
+        conn.execute(insert(by_sqlalchemy["predictions"]).values(prediction))
+        runs = by_sqlalchemy["runs"]
+        conn.execute(update(runs).where(runs.c.run_id == "r").values(ended))
+        for logical in ("runs", "predictions"):
+            rows = [
+                conn.exec_driver_sql(f"SELECT * FROM {tables[logical].name}").all()
+                for tables in (by_driver, by_sqlalchemy)
+            ]
+            assert rows[0] == rows[1] and len(rows[0]) == 1
+
+
+def test_an_upsert_replaces_only_the_columns_it_names(store_url: str) -> None:
+    runs = RunsProjection().define(MetaData(), "_upserted")["predictions"]
+    row = {
+        "run_id": "r",
+        "question_id": "q",
+        "seq": 1,
+        "unit_id": "u",
+        "prediction": "A",
+        "correct": True,
+        "stop_reason": "stop",
+        "fields": {},
+    }
+    with open_store(store_url, projections={}) as store, store.write_transaction() as conn:
+        runs.create(conn)
+        upsert(conn, runs, [row], keys=("run_id", "question_id"), update=("prediction",))
+        again = {**row, "seq": 9, "prediction": "B"}
+        last = {**row, "seq": 9, "prediction": None}
+        upsert(conn, runs, [again, last], keys=("run_id", "question_id"), update=("prediction",))
+        stored = conn.execute(runs.select()).one()
+    assert (stored.seq, stored.prediction) == (1, None)  # last row per key wins, seq is kept
