@@ -7,8 +7,7 @@ positions are assigned in commit order and readers following the log never skip 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from sqlalchemy import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError
@@ -26,7 +25,7 @@ INSERT_EVENTS = DriverSql(
     f"VALUES ({', '.join(':' + name for name in EVENT_COLUMNS)})"
 )
 """The event rows of an append, sent straight to the driver with one `executemany`: JSON
-already serialised, `recorded_at` as the backend's `stored_time`."""
+already serialised, `recorded_at` through its column type's `bind_processor`."""
 
 
 class Backend(Protocol):
@@ -43,9 +42,6 @@ class Backend(Protocol):
 
     def read_transaction(self) -> AbstractContextManager[Connection]:
         """A transaction that sees one consistent snapshot."""
-
-    def stored_time(self, at: datetime) -> Any:
-        """`at` as this database's `events.recorded_at` column takes it from the driver."""
 
     def translate(self, error: Exception) -> StoreError | None:
         """The typed error for a driver error this backend understands, else None."""

@@ -14,15 +14,15 @@ then handed to the connection's own cursor. What callers still get from SQLAlche
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Column, Connection, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.engine.interfaces import DBAPICursor
 from sqlalchemy.exc import DBAPIError
 
-__all__ = ["DriverSql", "execute", "execute_many", "fetch_all"]
+__all__ = ["DriverSql", "bind_processor", "execute", "execute_many", "fetch_all"]
 
 Params = Mapping[str, Any]
 
@@ -86,17 +86,28 @@ def fetch_all(conn: Connection, statement: DriverSql, params: Params) -> list[tu
         cursor.close()
 
 
+def _changed(conn: Connection, statement: DriverSql, params: Any, many: bool) -> int:
+    cursor = _send(conn, statement, params, many)
+    try:
+        return int(cursor.rowcount)
+    finally:
+        cursor.close()
+
+
 def execute_many(conn: Connection, statement: DriverSql, rows: Sequence[Params]) -> int:
     """Run one statement once per parameter set with the driver's `executemany`; rows changed."""
-    cursor = _send(conn, statement, rows, many=True)
-    changed = cursor.rowcount
-    cursor.close()
-    return changed
+    return _changed(conn, statement, rows, many=True)
 
 
 def execute(conn: Connection, statement: DriverSql, params: Params) -> int:
     """Run one statement that returns no rows; the number of rows it changed."""
-    cursor = _send(conn, statement, params, many=False)
-    changed = cursor.rowcount
-    cursor.close()
-    return changed
+    return _changed(conn, statement, params, many=False)
+
+
+def bind_processor(column: Column[Any], dialect: Dialect) -> Callable[[Any], Any] | None:
+    """How SQLAlchemy converts a value for `column` before the driver gets it (None: as is).
+
+    Values sent on the driver go through it, so they are stored exactly as SQLAlchemy stores
+    them (e.g. a DateTime as naive text on SQLite).
+    """
+    return column.type.dialect_impl(dialect).bind_processor(dialect)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 
 from sqlalchemy import URL, Connection, Engine, create_engine
 from sqlalchemy.exc import DBAPIError
@@ -58,9 +57,6 @@ class PostgresBackend:
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
                 yield conn
-
-    def stored_time(self, at: datetime) -> datetime:
-        return at
 
     def translate(self, error: Exception) -> StoreError | None:
         if not isinstance(error, DBAPIError):

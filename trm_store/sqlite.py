@@ -9,7 +9,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -105,11 +104,6 @@ class SqliteBackend:
     def read_transaction(self) -> Iterator[Connection]:
         with self.engine.connect() as conn, conn.begin():
             yield conn
-
-    def stored_time(self, at: datetime) -> str:
-        # As SQLAlchemy's DateTime type stores it on SQLite: naive UTC text, microseconds always
-        # written (isoformat drops them when zero, and text order would stop being time order).
-        return at.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
 
     def translate(self, error: Exception) -> StoreError | None:
         if not isinstance(error, DBAPIError):

@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from trm_store import domain
 from trm_store.backend import INSERT_EVENTS, Backend, Durability, create_backend
-from trm_store.driver import execute_many
+from trm_store.driver import bind_processor, execute_many
 from trm_store.errors import (
     ConcurrencyError,
     EventValidationError,
@@ -35,6 +35,7 @@ from trm_store.migrate import ensure_schema
 from trm_store.prepare import AppendItem, AppendPreparer, PreparedAppend, check_items
 from trm_store.projection_runner import Progress, ProjectionSet, require_known
 from trm_store.projections import Projection, registered_projections
+from trm_store.schema import EVENTS
 
 __all__ = ["AppendItem", "Store", "default_url", "open_store"]
 
@@ -62,6 +63,7 @@ class Store:
         self._projections = ProjectionSet(projections)
         self._batch_size = batch_size
         self._prepare = AppendPreparer({"host": socket.gethostname(), "pid": os.getpid()})
+        self._stored_time = bind_processor(EVENTS.c.recorded_at, backend.engine.dialect)
 
     # -- properties -----------------------------------------------------------------------------
 
@@ -155,7 +157,7 @@ class Store:
         position = previous_head
         versions: dict[str, int] = {prepared[0].stream_id: first_version}
         now = datetime.now(UTC)
-        stored_now = self._backend.stored_time(now)
+        stored_now = now if self._stored_time is None else self._stored_time(now)
         rows: list[dict[str, Any]] = []
         recorded: list[RecordedEvent] = []
         for item in prepared:

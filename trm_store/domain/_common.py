@@ -14,7 +14,7 @@ from sqlalchemy import Connection, Table
 from sqlalchemy.engine import Dialect
 
 from trm_store.domain.errors import DomainInputError
-from trm_store.driver import DriverSql, execute_many
+from trm_store.driver import DriverSql, bind_processor, execute_many
 
 __all__ = [
     "ID_MAX",
@@ -176,9 +176,7 @@ def _statement(
             f"ON CONFLICT ({', '.join(map(quote, keys))}) DO UPDATE SET {sets}"
         )
     processors = tuple(
-        (c, process)
-        for c in columns
-        if (process := table.c[c].type.dialect_impl(dialect).bind_processor(dialect))
+        (c, process) for c in columns if (process := bind_processor(table.c[c], dialect))
     )
     found = cache[shape] = _Statement(DriverSql(sql), processors)
     return found
