@@ -15,9 +15,10 @@ then handed to the connection's own cursor. What callers still get from SQLAlche
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Column, Connection, text
+from sqlalchemy import Column, Connection, bindparam, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.engine.interfaces import DBAPICursor
 from sqlalchemy.exc import DBAPIError
@@ -25,43 +26,77 @@ from sqlalchemy.exc import DBAPIError
 __all__ = ["DriverSql", "bind_processor", "execute", "execute_many", "fetch_all"]
 
 Params = Mapping[str, Any]
+Binder = Callable[[Params], Any]
 
 
 class DriverSql:
-    """SQL text with `:name` parameters, compiled once for each dialect that sends it."""
+    """SQL text with `:name` parameters, compiled once for each dialect that sends it.
 
-    __slots__ = ("_compiled", "text")
+    `literals` are parameters whose values never change: SQLAlchemy renders them into the SQL
+    (quoted by the dialect's own literal processors), so no call binds them again.
+    """
 
-    def __init__(self, sql: str) -> None:
+    __slots__ = ("_compiled", "literals", "text")
+
+    def __init__(self, sql: str, literals: Mapping[str, str | int] | None = None) -> None:
         self.text = sql
-        self._compiled: dict[tuple[str, str], tuple[str, tuple[str, ...] | None]] = {}
+        self.literals = dict(literals or {})
+        self._compiled: dict[tuple[str, str], tuple[str, Binder]] = {}
 
-    def compiled(self, dialect: Dialect) -> tuple[str, tuple[str, ...] | None]:
-        """(SQL in the driver's paramstyle, parameter names in order if it is positional)."""
+    def compiled(self, dialect: Dialect) -> tuple[str, Binder]:
+        """(SQL in the driver's paramstyle, what turns a parameter mapping into its params)."""
         key = (dialect.name, dialect.paramstyle)
         found = self._compiled.get(key)
         if found is None:
-            compiled = text(self.text).compile(dialect=dialect)
+            clause = text(self.text)
+            kwargs = {}
+            if self.literals:
+                # Rendering literals needs a value for every parameter; the others stay binds.
+                names = clause.compile(dialect=dialect).binds
+                clause = clause.bindparams(
+                    *(
+                        bindparam(n, self.literals[n], literal_execute=True)
+                        if n in self.literals
+                        else bindparam(n, None)
+                        for n in names
+                    )
+                )
+                kwargs = {"render_postcompile": True}
+            compiled = clause.compile(dialect=dialect, compile_kwargs=kwargs)
             order = tuple(compiled.positiontup or ()) if compiled.positional else None
-            found = self._compiled[key] = (compiled.string, order)
+            found = self._compiled[key] = (compiled.string, _binder(order))
         return found
 
     def __repr__(self) -> str:
         return f"DriverSql({self.text!r})"
 
 
-def _bind(order: tuple[str, ...] | None, params: Params) -> Any:
-    return params if order is None else tuple(params[name] for name in order)
+def _binder(order: tuple[str, ...] | None) -> Binder:
+    """Named paramstyles take the mapping as it is; positional ones a tuple in `order`."""
+    if order is None:
+        return _as_is
+    if not order:
+        return lambda _params: ()
+    if len(order) == 1:
+        (name,) = order
+        return lambda params: (params[name],)
+    return itemgetter(*order)  # a tuple of the values, in C (an executemany binds every row)
+
+
+def _as_is(params: Params) -> Params:
+    return params
 
 
 def _send(conn: Connection, statement: DriverSql, params: Any, many: bool) -> DBAPICursor:
-    sql, order = statement.compiled(conn.dialect)
-    bound = [_bind(order, p) for p in params] if many else _bind(order, params)
+    sql, bind = statement.compiled(conn.dialect)
+    bound = list(map(bind, params)) if many else bind(params)
     dbapi_connection = conn.connection.dbapi_connection
     assert dbapi_connection is not None, "the connection was invalidated"
     cursor = dbapi_connection.cursor()
-    for listener in conn.dispatch.before_cursor_execute:
-        sql, bound = listener(conn, cursor, sql, bound, None, many)
+    dispatch = conn.dispatch
+    if dispatch.before_cursor_execute:  # an empty check costs less than an empty loop
+        for listener in dispatch.before_cursor_execute:
+            sql, bound = listener(conn, cursor, sql, bound, None, many)
     try:
         if many:
             cursor.executemany(sql, bound)
@@ -72,8 +107,9 @@ def _send(conn: Connection, statement: DriverSql, params: Any, many: bool) -> DB
         raise DBAPIError.instance(
             sql, bound, e, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
         ) from e
-    for after in conn.dispatch.after_cursor_execute:
-        after(conn, cursor, sql, bound, None, many)
+    if dispatch.after_cursor_execute:
+        for after in dispatch.after_cursor_execute:
+            after(conn, cursor, sql, bound, None, many)
     return cursor
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -213,8 +214,17 @@ def serialize_json(value: Any) -> str:
 
 
 def new_event_id() -> str:
-    """A fresh event id."""
-    return str(uuid.uuid4())
+    """A fresh random (version 4) UUID, as `str(uuid.uuid4())` writes it.
+
+    Formatted from 16 random bytes directly: a third of the cost of building a `uuid.UUID`, on
+    every event appended without an id and every prediction a `RunLog` records.
+    """
+    h = os.urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
+
+
+_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+"""The RFC 4122 variant: the top two bits of the 17th hex digit set to 10."""
 
 
 # A UUID already in its normal form (as `str(uuid4())` writes it): no need to parse it again.

@@ -33,6 +33,8 @@ AppendItem = tuple[str, Sequence[NewEvent], int | None]
 
 def storable(text: str) -> bool:
     """False for text no backend can store: NUL, or lone surrogates (not UTF-8)."""
+    if text.isascii():  # every stream id of every append: skip the encode when it is plain
+        return "\x00" not in text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -55,18 +55,20 @@ class ProjectionSet:
         self.live: dict[str, dict[str, Table]] = {
             name: p.define(MetaData(), "") for name, p in self.projections.items()
         }
-        # Built once and sent straight to the driver: it runs in every append.
+        # Built once and sent straight to the driver, with the projections' names and versions
+        # rendered into the SQL: it runs in every append.
         current = " OR ".join(
             f"(name = :name_{i} AND version = :version_{i})" for i in range(len(self.projections))
         )
+        literals: dict[str, str | int] = {}
+        for i, (name, p) in enumerate(self.projections.items()):
+            literals[f"name_{i}"] = name
+            literals[f"version_{i}"] = p.version
         self._advance = DriverSql(
             "UPDATE projection_state SET checkpoint = :new_head "
-            f"WHERE checkpoint = :previous_head AND ({current})"
+            f"WHERE checkpoint = :previous_head AND ({current})",
+            literals,
         )
-        self._advance_params: dict[str, object] = {}
-        for i, (name, p) in enumerate(self.projections.items()):
-            self._advance_params[f"name_{i}"] = name
-            self._advance_params[f"version_{i}"] = p.version
 
     # -- inline ---------------------------------------------------------------------------------
 
@@ -76,11 +78,7 @@ class ProjectionSet:
         """Advance every projection that was current at `previous_head` by `events`."""
         if not self.projections:
             return
-        moved = execute(
-            conn,
-            self._advance,
-            {**self._advance_params, "new_head": new_head, "previous_head": previous_head},
-        )
+        moved = execute(conn, self._advance, {"new_head": new_head, "previous_head": previous_head})
         if moved == len(self.projections):  # the common case: every projection was current
             advanced: Collection[str] = self.projections
         else:
@@ -92,9 +90,11 @@ class ProjectionSet:
         present = {e.type for e in events}
         for name in advanced:
             projection = self.projections[name]
-            mine = _of_types(events, projection.event_types, present)
-            if mine:
-                projection.apply(conn, self.live[name], mine)
+            if present.isdisjoint(projection.event_types):
+                continue
+            projection.apply(
+                conn, self.live[name], _of_types(events, projection.event_types, present)
+            )
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -263,13 +263,13 @@ class ProjectionSet:
 
 
 def _of_types(
-    events: Sequence[RecordedEvent], types: Collection[str], present: Collection[str]
+    events: Sequence[RecordedEvent], types: frozenset[str], present: set[str]
 ) -> Sequence[RecordedEvent]:
     """The events of `types`, given the types `present` among them: no pass over the events
     when none or all of them are wanted (a rebuild is mostly the latter, for one projection)."""
-    if all(t in types for t in present):
+    if present <= types:
         return events
-    if not any(t in types for t in present):
+    if present.isdisjoint(types):
         return ()
     return [e for e in events if e.type in types]
 

@@ -77,9 +77,31 @@ def test_cursor_event_listeners_see_each_statement_sent(engine: Engine) -> None:
 
 
 def test_the_sql_is_compiled_once_per_dialect_in_its_paramstyle(engine: Engine) -> None:
-    sql, order = INSERT.compiled(engine.dialect)
+    sql, bind = INSERT.compiled(engine.dialect)
     assert INSERT.compiled(engine.dialect)[0] is sql
+    params = {"v": "x", "k": 1}
     if engine.dialect.name == "sqlite":
-        assert (sql, order) == ("INSERT INTO t (k, v) VALUES (?, ?)", ("k", "v"))
+        assert (sql, bind(params)) == ("INSERT INTO t (k, v) VALUES (?, ?)", (1, "x"))
     else:
-        assert (sql, order) == ("INSERT INTO t (k, v) VALUES (%(k)s, %(v)s)", None)
+        assert (sql, bind(params)) == ("INSERT INTO t (k, v) VALUES (%(k)s, %(v)s)", params)
+
+
+def test_literals_are_rendered_quoted_and_only_the_other_parameters_are_bound(
+    engine: Engine,
+) -> None:
+    hostile = "it's'; DROP TABLE t; --"
+    with engine.begin() as conn:
+        execute_many(conn, INSERT, [{"k": 1, "v": hostile}, {"k": 2, "v": "plain"}])
+    pick = DriverSql("SELECT k FROM t WHERE v = :v AND k >= :low", {"v": hostile})
+    sent: list[Any] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def record(*args: Any) -> None:
+        sent.append(args[3])
+
+    with engine.connect() as conn:
+        assert fetch_all(conn, pick, {"low": 0}) == [(1,)]
+        assert fetch_all(conn, pick, {"low": 2}) == []
+    assert [len(p) for p in sent] == [1, 1]  # only `low` is bound, as a tuple or a mapping
+    with engine.connect() as conn:
+        assert fetch_all(conn, SELECT, {"low": 0}) == [(1, hostile), (2, "plain")]

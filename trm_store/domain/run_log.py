@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import socket
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -33,7 +32,7 @@ from trm_store.domain.runs import (
     run_info,
     stream_of,
 )
-from trm_store.events import NewEvent
+from trm_store.events import NewEvent, new_event_id
 
 if TYPE_CHECKING:
     from trm_store.store import Store
@@ -150,7 +149,7 @@ class RunLog:
         }
         event = validated(PredictionRecorded, data, f"prediction {question_id!r}")
         # The id is fixed now, so a flush retried after an error is exactly-once.
-        self._pending.append(NewEvent(PREDICTION_RECORDED, event, event_id=str(uuid.uuid4())))
+        self._pending.append(NewEvent(PREDICTION_RECORDED, event, event_id=new_event_id()))
         if len(self._pending) >= self._batch_size:
             self._flush()
 
