@@ -205,7 +205,7 @@ def learn(workdir: Path) -> Plan:
 
     steps: dict[str, Any] = {}
     for sql, params in sent:
-        if sql == "BEGIN IMMEDIATE":
+        if sql in ("BEGIN IMMEDIATE", "COMMIT"):
             continue
         if columns := INSERT_COLUMNS.match(sql):
             steps["insert"], steps["columns"] = sql, tuple(c.strip() for c in columns[1].split(","))

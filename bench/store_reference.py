@@ -284,7 +284,7 @@ class RawLog:
                 Var.NOW: sql_time(datetime.now(UTC)),
             }
             self._step(plan.advance, moved)
-        self.conn.execute("COMMIT")
+        self._run("COMMIT")
         return recorded
 
 

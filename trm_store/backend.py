@@ -37,6 +37,10 @@ class Backend(Protocol):
     def write_transaction(self) -> AbstractContextManager[Connection]:
         """A transaction that holds the store's single writer lock until it ends."""
 
+    def append_transaction(self) -> AbstractContextManager[Connection]:
+        """`write_transaction` for an append, whose statements go to the driver
+        (`trm_store.driver`): the backend may skip SQLAlchemy's own transaction bookkeeping."""
+
     def close(self) -> None:
         """Release every connection (a later transaction opens new ones)."""
 

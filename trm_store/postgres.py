@@ -48,6 +48,8 @@ class PostgresBackend:
             execute(conn, _APPEND_LOCK, {})
             yield conn
 
+    append_transaction = write_transaction
+
     def close(self) -> None:
         self.engine.dispose()
 

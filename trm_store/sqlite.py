@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import URL, Connection, Engine, create_engine, event
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import DBAPIError
 
 from trm_store.backend import Durability
@@ -26,11 +27,22 @@ __all__ = ["SqliteBackend"]
 BUSY_TIMEOUT_MS = 60_000
 _BEGIN = DriverSql("BEGIN")
 _BEGIN_IMMEDIATE = DriverSql("BEGIN IMMEDIATE")
+_COMMIT = DriverSql("COMMIT")
+_WRITING = "trm_writing"
+"""Marks a writer connection (in its `info`) while its write transaction is open."""
 
 
 def _refuse_attach(action: int, *_args: object) -> int:
     """sqlite3 authorizer for read-only stores: no ATTACH, so nothing can be reopened writable."""
     return sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_ATTACH else sqlite3.SQLITE_OK
+
+
+def _rollback(conn: Connection, dbapi_connection: DBAPIConnection) -> None:
+    """End whatever transaction is open, SQLAlchemy's and SQLite's."""
+    if conn.in_transaction():
+        conn.rollback()
+    if dbapi_connection.in_transaction:
+        dbapi_connection.rollback()
 
 
 class SqliteBackend:
@@ -81,20 +93,41 @@ class SqliteBackend:
 
     @contextmanager
     def write_transaction(self) -> Iterator[Connection]:
+        # SQLAlchemy's transaction begun at once: code that begins its own (alembic) joins it.
+        with self.append_transaction() as conn, conn.begin():
+            yield conn
+
+    @contextmanager
+    def append_transaction(self) -> Iterator[Connection]:
+        """`BEGIN IMMEDIATE` ... `COMMIT`, both sent on the driver.
+
+        SQLAlchemy's transaction begins only if the block runs a statement through it (its
+        `begin` event then finds SQLite's transaction open and adds nothing), and then ends
+        with it: an append, which sends only driver statements, skips its bookkeeping.
+        """
         if self.read_only:
             raise ReadOnlyStoreError(f"store {self.describe()} was opened read_only=True")
         conn = self._writers.current()
-        if conn.in_transaction():
+        if conn.info.get(_WRITING):
             raise StoreError(
                 "write transactions do not nest: this thread's write transaction is still open"
             )
         dbapi_connection = conn.connection.dbapi_connection
-        if dbapi_connection is not None and dbapi_connection.in_transaction:
-            # Left open by an interrupt between BEGIN IMMEDIATE and SQLAlchemy's begin below.
-            dbapi_connection.rollback()
-        execute(conn, _BEGIN_IMMEDIATE, {})
-        with conn.begin():
+        assert dbapi_connection is not None, "the connection was invalidated"
+        conn.info[_WRITING] = True
+        try:
+            _rollback(conn, dbapi_connection)  # anything an interrupt left open
+            execute(conn, _BEGIN_IMMEDIATE, {})
             yield conn
+            if conn.in_transaction():
+                conn.commit()
+            elif dbapi_connection.in_transaction:
+                execute(conn, _COMMIT, {})
+        except BaseException:
+            _rollback(conn, dbapi_connection)
+            raise
+        finally:
+            conn.info[_WRITING] = False
 
     def close(self) -> None:
         self._writers.close()

@@ -105,8 +105,10 @@ class Store:
         """Append to many streams in one transaction: all of it is written, or none."""
         prepared = [self._prepare(item) for item in check_items(items)]
         try:
-            with self.write_transaction() as conn:
+            with self._backend.append_transaction() as conn:
                 return self._append_locked(conn, prepared)
+        except SQLAlchemyError as e:
+            raise self._translate(e) from e
         except (ConcurrencyError, _EventIdTaken) as e:
             # Optimistic idempotence: only a failed append pays for looking its ids up.
             recorded = self._already_recorded(prepared)
