@@ -71,7 +71,10 @@ class PreparedAppend:
 
 def check_items(items: Sequence[AppendItem]) -> Sequence[AppendItem]:
     """Refuse anything but a non-empty list of (stream_id, events, expected_version)."""
-    if isinstance(items, str | bytes) or not isinstance(items, Sequence) or not items:
+    if (
+        type(items) is not list
+        and (isinstance(items, str | bytes) or not isinstance(items, Sequence))
+    ) or not items:
         raise EventValidationError(
             "append_batch takes a non-empty list of (stream_id, events, expected_version)"
         )
@@ -112,7 +115,10 @@ class AppendPreparer:
             raise EventValidationError(
                 f"expected_version must be None or an int >= 0, got {expected_version!r}"
             )
-        if isinstance(events, NewEvent) or not isinstance(events, Sequence) or not events:
+        if (
+            type(events) is not list
+            and (isinstance(events, NewEvent) or not isinstance(events, Sequence))
+        ) or not events:
             raise EventValidationError(
                 f"stream {stream_id!r}: events must be a non-empty list of NewEvent"
             )
