@@ -3,11 +3,13 @@
 Both sides write into a database created by `open_store` (same migrations: the events table with
 its unique constraints, index and append-only triggers), with the same pragmas (WAL,
 synchronous=NORMAL, the same busy timeout), in transactions of the same batch size. The raw
-reference inserts the very event rows the store wrote (same event ids, stream versions, data and
-meta JSON text, recorded_at) with `executemany`, one `BEGIN IMMEDIATE ... COMMIT` per batch;
-a second reference also inserts each prediction's projection row, i.e. all the rows the store
-writes. What the reference skips is what trm adds: validation, SQLAlchemy, the projection runner,
-the retry-safe id check and the run's lease. A last row times the store core alone
+reference inserts the very rows the store wrote, read back from the store's database before the
+clock starts: every prediction's event row (same event id, stream version, data and meta JSON
+text, recorded_at) and its `predictions` projection row, with `executemany`, one
+`BEGIN IMMEDIATE ... COMMIT` per batch. That is the figure the target applies to. A second
+reference inserts the event rows only (half the rows RunLog writes), for comparison. What the
+reference skips is what trm adds: validation, serialising JSON, SQLAlchemy, the projection
+runner, the retry-safe ids and the run's lease. A last row times the store core alone
 (`Store.append_batch` of the same events, no projections, no RunLog) to show where the time goes.
 
     .venv/bin/python bench/domain_bench.py                 # 100,000 predictions, batches of 200
@@ -55,13 +57,18 @@ def prediction(i: int) -> dict[str, Any]:
 
 
 def through_runlog(url: str, n: int, batch_size: int) -> float:
-    """Seconds to record `n` predictions with RunLog (registration and completion included)."""
+    """Seconds to record `n` predictions with RunLog (registration and completion included).
+
+    The arguments are built before the clock starts, as the raw side's rows are."""
+    calls = []
+    for i in range(n):
+        p = prediction(i)
+        calls.append((p.pop("question_id"), p))
     with open_store(url) as store:
         start = time.perf_counter()
         with RunLog(store, "bench-run", batch_size=batch_size) as log:
-            for i in range(n):
-                p = prediction(i)
-                log.record_prediction(p.pop("question_id"), **p)
+            for question_id, arguments in calls:
+                log.record_prediction(question_id, **arguments)
         return time.perf_counter() - start
 
 
@@ -75,34 +82,33 @@ def event_rows(url: str) -> list[tuple[Any, ...]]:
         ).fetchall()
 
 
-def prediction_row(event: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The projection row of one prediction event (what the store's upsert writes)."""
-    data = json.loads(event[6])
-    return (
-        "bench-run",
-        data["question_id"],
-        event[3],
-        data["unit_id"],
-        json.dumps(data["prediction"]),
-        data["correct"],
-        data["stop_reason"],
-        json.dumps(data["fields"]),
-    )
+def projection_rows(url: str) -> list[tuple[Any, ...]]:
+    """The `predictions` rows the store wrote, in the order of their events."""
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        return conn.execute(
+            "SELECT run_id, question_id, seq, unit_id, prediction, correct, stop_reason, fields "
+            "FROM predictions ORDER BY seq"
+        ).fetchall()
 
 
-def raw(path: Path, rows: list[tuple[Any, ...]], batch_size: int, *, projection: bool) -> float:
-    """Seconds for raw sqlite3 to insert `rows` (and their projection rows) in batches."""
+def raw(
+    path: Path,
+    rows: list[tuple[Any, ...]],
+    batch_size: int,
+    projection_rows: list[tuple[Any, ...]] | None = None,
+) -> float:
+    """Seconds for raw sqlite3 to insert `rows` (and `projection_rows`, built beforehand as the
+    event rows are) in batches of `batch_size`, one transaction per batch."""
     conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     start = time.perf_counter()
     for offset in range(0, len(rows), batch_size):
-        batch = rows[offset : offset + batch_size]
         conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(INSERT_EVENT, batch)
-        if projection:
-            conn.executemany(INSERT_PREDICTION, [prediction_row(e) for e in batch])
+        conn.executemany(INSERT_EVENT, rows[offset : offset + batch_size])
+        if projection_rows is not None:
+            conn.executemany(INSERT_PREDICTION, projection_rows[offset : offset + batch_size])
         conn.execute("COMMIT")
     elapsed = time.perf_counter() - start
     conn.close()
@@ -137,8 +143,10 @@ def main() -> None:
         store_s = through_runlog(url, args.n, args.batch_size)
         rows = event_rows(url)
         assert len(rows) == args.n, f"the store wrote {len(rows)} predictions, not {args.n}"
-        raw_log = raw(fresh_store(directory, "raw.db"), rows, args.batch_size, projection=False)
-        raw_all = raw(fresh_store(directory, "raw2.db"), rows, args.batch_size, projection=True)
+        raw_log = raw(fresh_store(directory, "raw.db"), rows, args.batch_size)
+        predicted = projection_rows(url)
+        assert len(predicted) == args.n, f"the store projected {len(predicted)} predictions"
+        raw_all = raw(fresh_store(directory, "raw2.db"), rows, args.batch_size, predicted)
         core = core_only(directory / "core.db", rows, args.batch_size)
     print(f"domain_bench  {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
     print(f"{args.n:,} predictions, batches of {args.batch_size}, SQLite WAL synchronous=NORMAL")
@@ -150,8 +158,8 @@ def main() -> None:
         ("Store.append_batch alone (no projections)", core),
     ):
         print(f"{label:44} {seconds:8.2f} {args.n / seconds:14,.0f}")
-    print(f"ratio RunLog / raw event rows:             {raw_log / store_s:.2f}x  (target >= 0.4x)")
-    print(f"ratio RunLog / raw event + projection rows: {raw_all / store_s:.2f}x")
+    print(f"ratio RunLog / raw, the same rows (event + projection): {raw_all / store_s:.2f}x")
+    print(f"ratio RunLog / raw, event rows only:                     {raw_log / store_s:.2f}x")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from trm_store.errors import (
     StoreError,
 )
 from trm_store.events import NewEvent, RecordedEvent, register_event_type
+from trm_store.prepare import PreparedEvent
 from trm_store.projections import Projection, register_projection
 from trm_store.store import Store, open_store
 
@@ -55,6 +56,7 @@ __all__ = [
     "EventValidationError",
     "InfraOutcomeError",
     "NewEvent",
+    "PreparedEvent",
     "Projection",
     "ReadOnlyStoreError",
     "RecordedEvent",

@@ -23,6 +23,8 @@ __all__ = [
     "PreparedAppend",
     "PreparedEvent",
     "check_items",
+    "check_target",
+    "prepared_append",
     "storable",
 ]
 
@@ -44,7 +46,9 @@ def storable(text: str) -> bool:
 
 @dataclass(slots=True)
 class PreparedEvent:
-    """One validated event, with its JSON serialised once for the insert.
+    """One validated event, with its id fixed and its JSON serialised once for the insert.
+
+    Made by `Store.prepare`, written by `Store.append_prepared`; treat it as opaque.
 
     Not frozen: a frozen dataclass costs ~1 us more to build, on every event of every append.
     """
@@ -97,24 +101,7 @@ class AppendPreparer:
     def __call__(self, item: AppendItem) -> PreparedAppend:
         """Validate one append item completely, before any database work."""
         stream_id, events, expected_version = item
-        if (
-            not isinstance(stream_id, str)
-            or not stream_id.strip()
-            or len(stream_id) > STREAM_ID_MAX
-            or not storable(stream_id)
-        ):
-            raise EventValidationError(
-                f"stream_id must be a non-blank string of at most {STREAM_ID_MAX} characters,"
-                " valid Unicode without NUL"
-            )
-        if expected_version is not None and (
-            isinstance(expected_version, bool)
-            or not isinstance(expected_version, int)
-            or expected_version < 0
-        ):
-            raise EventValidationError(
-                f"expected_version must be None or an int >= 0, got {expected_version!r}"
-            )
+        check_target(stream_id, expected_version)
         if (
             type(events) is not list
             and (isinstance(events, NewEvent) or not isinstance(events, Sequence))
@@ -122,34 +109,78 @@ class AppendPreparer:
             raise EventValidationError(
                 f"stream {stream_id!r}: events must be a non-empty list of NewEvent"
             )
-        prepared = []
-        for new in events:
-            if not isinstance(new, NewEvent):
-                raise EventValidationError(
-                    f"stream {stream_id!r}: expected NewEvent, got {type(new).__name__}"
-                )
-            registered = event_type(new.type)
-            data = registered.validate(new.data)
-            try:  # the message names the type: built only on error, this runs for every event
-                data_json = dumps_json(data, what="data")
-            except EventValidationError as e:
-                raise EventValidationError(f"event {new.type!r} {e}") from None
-            if new.meta is None:
-                meta, meta_json = self._origin, self._origin_json
-            elif isinstance(new.meta, Mapping):
-                meta = {**self._origin, **new.meta}
-                meta_json = dumps_json(meta, what=f"event {new.type!r} meta")
-            else:
-                raise EventValidationError(f"event {new.type!r}: meta must be a mapping")
-            event_id = new_event_id() if new.event_id is None else check_event_id(new.event_id)
-            prepared.append(
-                PreparedEvent(
-                    event_id, new.type, registered.schema_version, data, data_json, meta, meta_json
-                )
-            )
-        if len({e.event_id for e in prepared}) != len(prepared):
-            raise EventValidationError(
-                f"stream {stream_id!r}: duplicate event_id within one append"
-            )
+        prepared = [self.event(new, stream_id) for new in events]
         ids_given = any(new.event_id is not None for new in events)
-        return PreparedAppend(stream_id, expected_version, prepared, ids_given)
+        return _joined(stream_id, expected_version, prepared, ids_given)
+
+    def event(self, new: NewEvent, stream_id: str | None = None) -> PreparedEvent:
+        """Validate one event completely and fix its id (drawn now when it has none)."""
+        if not isinstance(new, NewEvent):
+            where = "" if stream_id is None else f"stream {stream_id!r}: "
+            raise EventValidationError(f"{where}expected NewEvent, got {type(new).__name__}")
+        registered = event_type(new.type)
+        data = registered.validate(new.data)
+        try:  # the message names the type: built only on error, this runs for every event
+            data_json = dumps_json(data, what="data")
+        except EventValidationError as e:
+            raise EventValidationError(f"event {new.type!r} {e}") from None
+        if new.meta is None:
+            meta, meta_json = self._origin, self._origin_json
+        elif isinstance(new.meta, Mapping):
+            meta = {**self._origin, **new.meta}
+            meta_json = dumps_json(meta, what=f"event {new.type!r} meta")
+        else:
+            raise EventValidationError(f"event {new.type!r}: meta must be a mapping")
+        event_id = new_event_id() if new.event_id is None else check_event_id(new.event_id)
+        return PreparedEvent(
+            event_id, new.type, registered.schema_version, data, data_json, meta, meta_json
+        )
+
+
+def prepared_append(
+    stream_id: str, events: Sequence[PreparedEvent], expected_version: int | None
+) -> PreparedAppend:
+    """An append of events validated earlier (`AppendPreparer.event`). Their ids were fixed
+    then, so it is treated as a possible retry, as an append with caller-given ids."""
+    check_target(stream_id, expected_version)
+    if (type(events) is not list and not isinstance(events, Sequence)) or not events:
+        raise EventValidationError(
+            f"stream {stream_id!r}: events must be a non-empty list of PreparedEvent"
+        )
+    for event in events:
+        if not isinstance(event, PreparedEvent):
+            raise EventValidationError(
+                f"stream {stream_id!r}: expected a PreparedEvent (from Store.prepare), got "
+                f"{type(event).__name__}"
+            )
+    return _joined(stream_id, expected_version, list(events), ids_given=True)
+
+
+def check_target(stream_id: object, expected_version: object) -> None:
+    """Refuse a stream id no backend can store and an expected_version that is not one."""
+    if (
+        not isinstance(stream_id, str)
+        or not stream_id.strip()
+        or len(stream_id) > STREAM_ID_MAX
+        or not storable(stream_id)
+    ):
+        raise EventValidationError(
+            f"stream_id must be a non-blank string of at most {STREAM_ID_MAX} characters,"
+            " valid Unicode without NUL"
+        )
+    if expected_version is not None and (
+        isinstance(expected_version, bool)
+        or not isinstance(expected_version, int)
+        or expected_version < 0
+    ):
+        raise EventValidationError(
+            f"expected_version must be None or an int >= 0, got {expected_version!r}"
+        )
+
+
+def _joined(
+    stream_id: str, expected_version: int | None, events: list[PreparedEvent], ids_given: bool
+) -> PreparedAppend:
+    if len({e.event_id for e in events}) != len(events):
+        raise EventValidationError(f"stream {stream_id!r}: duplicate event_id within one append")
+    return PreparedAppend(stream_id, expected_version, events, ids_given)

@@ -32,7 +32,14 @@ from trm_store.events import (
 )
 from trm_store.log import events_after, events_by_id, head, heads, stream_events, stream_head
 from trm_store.migrate import ensure_schema
-from trm_store.prepare import AppendItem, AppendPreparer, PreparedAppend, check_items
+from trm_store.prepare import (
+    AppendItem,
+    AppendPreparer,
+    PreparedAppend,
+    PreparedEvent,
+    check_items,
+    prepared_append,
+)
 from trm_store.projection_runner import Progress, ProjectionSet, require_known
 from trm_store.projections import Projection, registered_projections
 from trm_store.schema import EVENTS
@@ -103,7 +110,31 @@ class Store:
 
     def append_batch(self, items: Sequence[AppendItem]) -> list[RecordedEvent]:
         """Append to many streams in one transaction: all of it is written, or none."""
-        prepared = [self._prepare(item) for item in check_items(items)]
+        return self._append([self._prepare(item) for item in check_items(items)])
+
+    def prepare(self, event: NewEvent) -> PreparedEvent:
+        """Validate one event now, exactly as `append` would, and fix its id.
+
+        For writers that buffer events (`RunLog`): bad input is refused when it is recorded,
+        not when a batch is written, and `append_prepared` does not validate it again.
+        """
+        return self._prepare.event(event)
+
+    def append_prepared(
+        self,
+        stream_id: str,
+        events: Sequence[PreparedEvent],
+        *,
+        expected_version: int | None = None,
+    ) -> list[RecordedEvent]:
+        """Append events made by `prepare` to one stream in one transaction, as `append` does.
+
+        Their ids were fixed by `prepare`: appending the same events again (a retry after an
+        error) returns the recorded events instead of writing them twice.
+        """
+        return self._append([prepared_append(stream_id, events, expected_version)])
+
+    def _append(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent]:
         try:
             with self._backend.append_transaction() as conn:
                 return self._append_locked(conn, prepared)

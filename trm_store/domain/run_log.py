@@ -26,13 +26,14 @@ from trm_store.domain.runs import (
     PREDICTION_KEYS,
     PREDICTION_RECORDED,
     REGISTERED,
-    PredictionRecorded,
     Registered,
     read_predictions,
     run_info,
     stream_of,
 )
-from trm_store.events import NewEvent, new_event_id
+from trm_store.errors import EventValidationError
+from trm_store.events import NewEvent
+from trm_store.prepare import PreparedEvent
 
 if TYPE_CHECKING:
     from trm_store.store import Store
@@ -74,7 +75,7 @@ class RunLog:
         self._batch_size = check_int("batch_size", batch_size, minimum=1)
         self._clock = clock or _utc_now
         self._host, self._pid = socket.gethostname(), os.getpid()
-        self._pending: list[NewEvent] = []
+        self._pending: list[PreparedEvent] = []
         self._last_heartbeat: datetime | None = None
         self._state: Literal["new", "open", "closed"] = "new"
 
@@ -147,9 +148,13 @@ class RunLog:
             "stop_reason": stop_reason,
             "fields": check_fields("fields", fields, PREDICTION_KEYS) if fields else {},
         }
-        event = validated(PredictionRecorded, data, f"prediction {question_id!r}")
-        # The id is fixed now, so a flush retried after an error is exactly-once.
-        self._pending.append(NewEvent(PREDICTION_RECORDED, event, event_id=new_event_id()))
+        try:
+            # Validated once, now; the id is fixed too, so a flush retried after an error is
+            # exactly-once.
+            event = self._store.prepare(NewEvent(PREDICTION_RECORDED, data))
+        except EventValidationError as e:
+            raise DomainInputError(f"prediction {question_id!r}: {e}") from None
+        self._pending.append(event)
         if len(self._pending) >= self._batch_size:
             self._flush()
 
@@ -167,7 +172,7 @@ class RunLog:
         if not self._pending:
             return 0
         # On error the buffer is kept: the next flush retries it with the same event ids.
-        self._store.append_batch([(stream_of(self.run_id), self._pending, None)])
+        self._store.append_prepared(stream_of(self.run_id), self._pending)
         written, self._pending = len(self._pending), []
         now = self._clock()
         if self._last_heartbeat is None or now - self._last_heartbeat >= HEARTBEAT_INTERVAL:
