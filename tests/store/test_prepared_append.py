@@ -1,0 +1,114 @@
+"""`Store.prepare` validates now; `Store.append_prepared` writes later, exactly once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.store.helpers import TOTALS, added, totals
+from trm_store import (
+    ConcurrencyError,
+    EventValidationError,
+    NewEvent,
+    PreparedEvent,
+    ReadOnlyStoreError,
+    Store,
+    open_store,
+)
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    with open_store(store_url, projections=TOTALS) as s:
+        yield s
+
+
+def test_prepared_events_are_written_as_append_writes_them(store: Store) -> None:
+    prepared = [
+        store.prepare(added(1)),
+        store.prepare(NewEvent("test.added", {"amount": 2, "note": "b"})),
+    ]
+    recorded = store.append_prepared("s-1", prepared)
+    assert [(e.version, e.data) for e in recorded] == [
+        (1, {"amount": 1, "note": ""}),
+        (2, {"amount": 2, "note": "b"}),
+    ]
+    assert [e.event_id for e in recorded] == [p.event_id for p in prepared]
+    assert store.read_stream("s-1") == recorded
+    assert totals(store) == {"s-1": (3, 2)}
+
+
+def test_a_retried_append_of_the_same_prepared_events_is_exactly_once(store: Store) -> None:
+    prepared = [store.prepare(added(5)) for _ in range(3)]
+    first = store.append_prepared("s-1", prepared)
+    again = store.append_prepared("s-1", prepared)
+    assert again == first
+    assert store.head_position() == 3
+    assert totals(store) == {"s-1": (15, 3)}
+
+
+def test_expected_version_is_checked_and_a_conflict_writes_nothing(store: Store) -> None:
+    store.append("s-1", [added(1)])
+    with pytest.raises(ConcurrencyError):
+        store.append_prepared("s-1", [store.prepare(added(2))], expected_version=0)
+    assert store.head_position() == 1
+    store.append_prepared("s-1", [store.prepare(added(2))], expected_version=1)
+    assert store.head_position() == 2
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        NewEvent("test.added", {"amount": "many"}),
+        NewEvent("test.added", {"amount": 1, "extra": True}),
+        NewEvent("test.nope", {}),
+        NewEvent("test.added", {"amount": 1}, meta={"x": float("nan")}),
+        NewEvent("test.added", {"amount": 1}, event_id="not-a-uuid"),
+        {"type": "test.added", "data": {"amount": 1}},
+    ],
+    ids=["wrong-type", "extra-field", "unknown-type", "nan-meta", "bad-id", "not-a-new-event"],
+)
+def test_prepare_refuses_bad_events_at_once(store: Store, event: Any) -> None:
+    with pytest.raises(EventValidationError):
+        store.prepare(event)
+    assert store.head_position() == 0
+
+
+@pytest.mark.parametrize(
+    ("stream_id", "shape"),
+    [
+        ("", "one"),
+        ("s\x00", "one"),
+        ("s-1", "none"),
+        ("s-1", "not-prepared"),
+        ("s-1", "twice"),
+    ],
+    ids=["blank-stream", "nul-stream", "no-events", "new-event-not-prepared", "duplicate-id"],
+)
+def test_append_prepared_refuses_bad_input_and_writes_nothing(
+    store: Store, stream_id: str, shape: str
+) -> None:
+    one = store.prepare(added(1))
+    events: dict[str, list[Any]] = {
+        "one": [one],
+        "none": [],
+        "not-prepared": [added(1)],
+        "twice": [one, one],
+    }
+    with pytest.raises(EventValidationError):
+        store.append_prepared(stream_id, events[shape])
+    assert store.head_position() == 0
+
+
+def test_a_read_only_store_prepares_but_refuses_to_append(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'trm.db'}"
+    open_store(url, projections=TOTALS).close()
+    with open_store(url, read_only=True, projections=TOTALS) as reader:
+        prepared = reader.prepare(added(1))
+        assert isinstance(prepared, PreparedEvent)
+        with pytest.raises(ReadOnlyStoreError):
+            reader.append_prepared("s-1", [prepared])
+        assert reader.head_position() == 0
