@@ -137,7 +137,12 @@ def _refuse_non_finite(value: Any, depth: int = 0) -> None:
     if depth > _MAX_DEPTH:
         raise ValueError(f"nested deeper than {_MAX_DEPTH} levels")
     for item in items:
-        if item is None or type(item) in _PLAIN:
+        kind = type(item)
+        if item is None or kind in _PLAIN:
+            continue
+        if kind is float:  # checked here: a call per float would double the walk's cost
+            if not math.isfinite(item):
+                raise ValueError(f"{item} is not a finite number")
             continue
         _refuse_non_finite(item, depth + 1)
 

@@ -44,9 +44,9 @@ class DomainModel(BaseModel):
 
 def check_id(name: str, value: object) -> str:
     """A non-blank id of at most ID_MAX printable characters, else DomainInputError."""
-    if not isinstance(value, str):
+    if type(value) is not str and not isinstance(value, str):
         raise DomainInputError(f"{name} must be a string, got {type(value).__name__}")
-    if not value.strip() or len(value) > ID_MAX:
+    if not value or value.isspace() or len(value) > ID_MAX:
         raise DomainInputError(f"{name} must be a non-blank string of at most {ID_MAX} characters")
     if not value.isprintable():
         raise DomainInputError(f"{name} {value!r} contains control characters")
@@ -63,8 +63,8 @@ def check_int(name: str, value: object, *, minimum: int) -> int:
 def check_fields(name: str, fields: Mapping[str, Any], reserved: frozenset[str]) -> dict[str, Any]:
     """Free-form fields: string keys that do not shadow `reserved` names (values are checked by
     the event model, which refuses NaN and non-JSON values)."""
-    clash = sorted(k for k in fields if k in reserved)
-    if clash:
+    if not reserved.isdisjoint(fields):
+        clash = sorted(k for k in fields if k in reserved)
         raise DomainInputError(f"{name}: {clash} are reserved and cannot be set this way")
     for key in fields:
         check_id(f"{name} key", key)
