@@ -69,6 +69,11 @@ class ProjectionSet:
             f"WHERE checkpoint = :previous_head AND ({current})",
             literals,
         )
+        self._subscribers: dict[str, tuple[str, ...]] = {}
+        """Event type -> the projections that take it, in registration order."""
+        for name, p in self.projections.items():
+            for event_type in p.event_types:
+                self._subscribers[event_type] = (*self._subscribers.get(event_type, ()), name)
 
     # -- inline ---------------------------------------------------------------------------------
 
@@ -88,13 +93,19 @@ class ProjectionSet:
                 if status.checkpoint == new_head and name in self.projections
             }
         present = {e.type for e in events}
-        for name in advanced:
-            projection = self.projections[name]
-            if present.isdisjoint(projection.event_types):
-                continue
-            projection.apply(
-                conn, self.live[name], _of_types(events, projection.event_types, present)
-            )
+        if len(present) == 1:  # most appends: the subscribers are looked up, not searched for
+            (only,) = present
+            wanted: Collection[str] = self._subscribers.get(only, ())
+        else:
+            wanted = [
+                n for n, p in self.projections.items() if not present.isdisjoint(p.event_types)
+            ]
+        for name in wanted:
+            if name in advanced:
+                projection = self.projections[name]
+                projection.apply(
+                    conn, self.live[name], _of_types(events, projection.event_types, present)
+                )
 
     # -- state ----------------------------------------------------------------------------------
 

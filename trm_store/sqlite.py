@@ -108,13 +108,14 @@ class SqliteBackend:
         if self.read_only:
             raise ReadOnlyStoreError(f"store {self.describe()} was opened read_only=True")
         conn = self._writers.current()
-        if conn.info.get(_WRITING):
+        info = conn.info
+        if info.get(_WRITING):
             raise StoreError(
                 "write transactions do not nest: this thread's write transaction is still open"
             )
         dbapi_connection = conn.connection.dbapi_connection
         assert dbapi_connection is not None, "the connection was invalidated"
-        conn.info[_WRITING] = True
+        info[_WRITING] = True
         try:
             _rollback(conn, dbapi_connection)  # anything an interrupt left open
             execute(conn, _BEGIN_IMMEDIATE, {})
@@ -127,7 +128,7 @@ class SqliteBackend:
             _rollback(conn, dbapi_connection)
             raise
         finally:
-            conn.info[_WRITING] = False
+            info[_WRITING] = False
 
     def close(self) -> None:
         self._writers.close()
