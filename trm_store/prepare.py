@@ -62,9 +62,9 @@ class PreparedEvent:
     meta_json: JsonText
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PreparedAppend:
-    """One stream's part of an append, validated."""
+    """One stream's part of an append, validated (not frozen, as `PreparedEvent`)."""
 
     stream_id: str
     expected_version: int | None
@@ -109,8 +109,11 @@ class AppendPreparer:
             raise EventValidationError(
                 f"stream {stream_id!r}: events must be a non-empty list of NewEvent"
             )
-        prepared = [self.event(new, stream_id) for new in events]
-        ids_given = any(new.event_id is not None for new in events)
+        prepared = []
+        ids_given = False
+        for new in events:
+            prepared.append(self.event(new, stream_id))
+            ids_given = ids_given or new.event_id is not None
         return _joined(stream_id, expected_version, prepared, ids_given)
 
     def event(self, new: NewEvent, stream_id: str | None = None) -> PreparedEvent:
@@ -181,6 +184,6 @@ def check_target(stream_id: object, expected_version: object) -> None:
 def _joined(
     stream_id: str, expected_version: int | None, events: list[PreparedEvent], ids_given: bool
 ) -> PreparedAppend:
-    if len({e.event_id for e in events}) != len(events):
+    if len(events) > 1 and len({e.event_id for e in events}) != len(events):
         raise EventValidationError(f"stream {stream_id!r}: duplicate event_id within one append")
     return PreparedAppend(stream_id, expected_version, events, ids_given)

@@ -106,7 +106,7 @@ class Store:
         events whose event_ids are all recorded already returns the recorded events (a retried
         append is exactly-once).
         """
-        return self.append_batch([(stream_id, events, expected_version)])
+        return self._append([self._prepare((stream_id, events, expected_version))])
 
     def append_batch(self, items: Sequence[AppendItem]) -> list[RecordedEvent]:
         """Append to many streams in one transaction: all of it is written, or none."""
