@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +17,6 @@ from trm_store import (
     Store,
     open_store,
 )
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    with open_store(store_url, projections=TOTALS) as s:
-        yield s
 
 
 def test_prepared_events_are_written_as_append_writes_them(store: Store) -> None:

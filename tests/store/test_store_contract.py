@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from pydantic import BaseModel
@@ -20,12 +20,6 @@ from trm_store import (
     open_store,
     register_event_type,
 )
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    with open_store(store_url, projections=TOTALS) as s:
-        yield s
 
 
 def test_append_assigns_dense_positions_and_one_based_versions(store: Store) -> None:
