@@ -6,10 +6,11 @@ positions are assigned in commit order and readers following the log never skip 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Literal, Protocol
 
-from sqlalchemy import Connection, Engine, make_url
+from sqlalchemy import Connection, Engine, Table, make_url
 from sqlalchemy.exc import ArgumentError
 
 from trm_store.driver import DriverSql
@@ -44,8 +45,9 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release every connection (a later transaction opens new ones)."""
 
-    def read_transaction(self) -> AbstractContextManager[Connection]:
-        """A transaction that sees one consistent snapshot."""
+    def read_transaction(self, lock: Sequence[Table] = ()) -> AbstractContextManager[Connection]:
+        """A transaction that sees one consistent snapshot, in which `lock` (tables a rebuild
+        may swap) are read as they were when it began or as the swap left them, never between."""
 
     def translate(self, error: Exception) -> StoreError | None:
         """The typed error for a driver error this backend understands, else None."""

@@ -7,11 +7,11 @@ next position under it makes position order equal commit order, with no gaps.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from sqlalchemy import URL, Connection, Engine, create_engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import URL, Connection, Engine, Table, create_engine, text
+from sqlalchemy.exc import DBAPIError, ProgrammingError
 
 from trm_store.driver import DriverSql, execute
 from trm_store.errors import ReadOnlyStoreError, StoreError
@@ -22,6 +22,18 @@ __all__ = ["PostgresBackend"]
 APPEND_LOCK_KEY = 0x74726D  # "trm"
 _READ_ONLY = "-c default_transaction_read_only=on"
 _APPEND_LOCK = DriverSql(f"SELECT pg_advisory_xact_lock({APPEND_LOCK_KEY})")
+_UNDEFINED_TABLE = "42P01"
+
+
+def _lock_for_reading(conn: Connection, tables: Sequence[Table]) -> None:
+    names = ", ".join(conn.dialect.identifier_preparer.format_table(t) for t in tables)
+    try:
+        with conn.begin_nested():  # a savepoint: a missing table must not end the transaction
+            conn.execute(text(f"LOCK TABLE {names} IN ACCESS SHARE MODE"))
+    except ProgrammingError as e:
+        # Tables not created yet: the projection is stale, which the caller finds and reports.
+        if getattr(e.orig, "sqlstate", None) != _UNDEFINED_TABLE:
+            raise
 
 
 class PostgresBackend:
@@ -54,10 +66,20 @@ class PostgresBackend:
         self.engine.dispose()
 
     @contextmanager
-    def read_transaction(self) -> Iterator[Connection]:
+    def read_transaction(self, lock: Sequence[Table] = ()) -> Iterator[Connection]:
+        """REPEATABLE READ, its snapshot taken after `lock` is locked in ACCESS SHARE mode.
+
+        A rebuild renames a new table in under an exclusive lock. A reader whose snapshot came
+        first but who reads the table after the rename would find the new table with none of
+        its rows visible: locking first makes the swap wait for the reader, or the reader for
+        the swap, whose rows its snapshot then sees. (LOCK takes no snapshot; the first query
+        does.)
+        """
         with self.engine.connect() as conn:
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
+                if lock:
+                    _lock_for_reading(conn, lock)
                 yield conn
 
     def translate(self, error: Exception) -> StoreError | None:

@@ -7,12 +7,12 @@ busy timeout instead of failing with "database is locked" when they upgrade a re
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import URL, Connection, Engine, create_engine, event
+from sqlalchemy import URL, Connection, Engine, Table, create_engine, event
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import DBAPIError
 
@@ -135,7 +135,9 @@ class SqliteBackend:
         self.engine.dispose()
 
     @contextmanager
-    def read_transaction(self) -> Iterator[Connection]:
+    def read_transaction(self, lock: Sequence[Table] = ()) -> Iterator[Connection]:
+        """A WAL snapshot, taken at the first read. `lock` needs nothing here: a reader keeps
+        the schema and the tables of its snapshot across a rebuild's rename."""
         with self.engine.connect() as conn, conn.begin():
             yield conn
 

@@ -286,23 +286,24 @@ class Store:
         StaleProjectionError instead of writing.
         """
         require_known(self._projections.projections, [projection])
-        with self._reading() as conn:
+        tables = self._projections.live[projection]
+        with self._reading(lock=list(tables.values())) as conn:
             stale = self._projections.stale(conn, [projection])
             if not stale:
-                yield conn, self._projections.live[projection]
+                yield conn, tables
                 return
         if self.read_only:
             raise StaleProjectionError(
                 f"projection {projection!r} is stale ({stale[projection]}); {REPLAY_HINT}"
             )
         self.recover()
-        with self._reading() as conn:
-            yield conn, self._projections.live[projection]
+        with self._reading(lock=list(tables.values())) as conn:
+            yield conn, tables
 
     @contextmanager
-    def _reading(self) -> Iterator[Connection]:
+    def _reading(self, lock: Sequence[Table] = ()) -> Iterator[Connection]:
         try:
-            with self._backend.read_transaction() as conn:
+            with self._backend.read_transaction(lock) as conn:
                 yield conn
         except SQLAlchemyError as e:
             raise self._translate(e) from e

@@ -6,12 +6,16 @@ Also: projections' writes on the driver (`upsert`, `update_rows`) store what SQL
 from __future__ import annotations
 
 import gc
+import threading
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import Connection, MetaData, insert, inspect, text, update
+from sqlalchemy import Connection, MetaData, create_engine, insert, inspect, text, update
 
 from trm_store import Store, open_store
+from trm_store.backend import normalise_url
 from trm_store.domain._common import update_rows, upsert
 from trm_store.domain.run_log import RunLog
 from trm_store.domain.runs import RunsProjection, read_predictions, run_info
@@ -196,3 +200,46 @@ def test_an_upsert_replaces_only_the_columns_it_names(store_url: str) -> None:
         upsert(conn, runs, [again, last], keys=("run_id", "question_id"), update=("prediction",))
         stored = conn.execute(runs.select()).one()
     assert (stored.seq, stored.prediction) == (1, None)  # last row per key wins, seq is kept
+
+
+def test_a_postgresql_reader_is_never_shown_the_swapped_in_table_empty(pg_url: str) -> None:
+    """A query's snapshot is taken under a lock on the projection's tables: a swap that wants
+    them waits for the reader, who sees the old rows whole instead of a new table whose rows
+    committed after its snapshot (to it, an empty table)."""
+    with open_store(pg_url) as store:
+        _record(store)
+        _tamper(store)
+        rebuild = threading.Thread(target=store.rebuild_projections, kwargs={"only": "runs"})
+        with store.query("runs") as (conn, tables):
+            rebuild.start()
+            _wait_for(lambda: not rebuild.is_alive() or _waiting_on_a_table_lock(pg_url))
+            predictions = tables["predictions"]
+            rows = conn.execute(predictions.select().with_only_columns(predictions.c.stop_reason))
+            seen = [r.stop_reason for r in rows]
+        rebuild.join(timeout=60)
+        assert not rebuild.is_alive()
+        assert len(seen) == QUESTIONS and set(seen) == {"tampered"}
+        assert _stop_reasons(store) == {"stop"}
+
+
+def _waiting_on_a_table_lock(url: str) -> bool:
+    """Whether a session of this database waits for a table's lock (the rebuild's swap).
+
+    Asked on a connection of its own: a store transaction would queue behind the rebuild."""
+    engine = create_engine(normalise_url(url))
+    try:
+        with engine.connect() as conn:
+            query = text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock' AND wait_event = 'relation'"
+            )
+            return bool(conn.execute(query).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)

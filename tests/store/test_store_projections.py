@@ -161,6 +161,17 @@ def test_read_only_open_of_a_stale_projection_names_the_replay_command(store_url
     assert _state(store_url)["test_totals"][1] == 1
 
 
+def test_read_only_query_of_a_projection_never_created_is_stale_not_a_driver_error(
+    store_url: str,
+) -> None:
+    with open_store(store_url, projections={}) as bare:
+        bare.append("a", [added(1)])
+    with open_store(store_url, read_only=True, projections=TOTALS) as ro:
+        with pytest.raises(StaleProjectionError, match="trm replay-projections"):
+            totals(ro)
+        assert ro.head_position() == 1  # the failed query left the store usable
+
+
 def test_read_only_open_of_a_missing_sqlite_file_is_a_clear_error(tmp_path: object) -> None:
     with pytest.raises(StoreError, match="no SQLite store"):
         open_store(f"sqlite:///{tmp_path}/missing.db", read_only=True)
