@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Column, Connection, bindparam, text
+from sqlalchemy import Column, Connection, TextClause, bindparam, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.engine.interfaces import DBAPICursor
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ClauseElement
 
 __all__ = ["DriverSql", "bind_processor", "execute", "execute_many", "fetch_all"]
 
@@ -30,17 +32,23 @@ Binder = Callable[[Params], Any]
 
 
 class DriverSql:
-    """SQL text with `:name` parameters, compiled once for each dialect that sends it.
+    """A statement compiled once for each dialect that sends it: SQL text with `:name`
+    parameters, or a SQLAlchemy statement whose bind parameters are named (e.g. an upsert built
+    with `on_conflict_do_update`).
 
-    `literals` are parameters whose values never change: SQLAlchemy renders them into the SQL
-    (quoted by the dialect's own literal processors), so no call binds them again.
+    `literals` (text only) are parameters whose values never change: SQLAlchemy renders them
+    into the SQL (quoted by the dialect's own literal processors), so no call binds them again.
     """
 
-    __slots__ = ("_compiled", "literals", "text")
+    __slots__ = ("_compiled", "literals", "statement")
 
-    def __init__(self, sql: str, literals: Mapping[str, str | int] | None = None) -> None:
-        self.text = sql
+    def __init__(
+        self, sql: str | ClauseElement, literals: Mapping[str, str | int] | None = None
+    ) -> None:
+        self.statement = text(sql) if isinstance(sql, str) else sql
         self.literals = dict(literals or {})
+        if self.literals and not isinstance(self.statement, TextClause):
+            raise TypeError("literals are rendered into SQL text only")
         self._compiled: dict[tuple[str, str], tuple[str, Binder]] = {}
 
     def compiled(self, dialect: Dialect) -> tuple[str, Binder]:
@@ -48,9 +56,10 @@ class DriverSql:
         key = (dialect.name, dialect.paramstyle)
         found = self._compiled.get(key)
         if found is None:
-            clause = text(self.text)
+            clause = self.statement
             kwargs = {}
             if self.literals:
+                assert isinstance(clause, TextClause)
                 # Rendering literals needs a value for every parameter; the others stay binds.
                 names = clause.compile(dialect=dialect).binds
                 clause = clause.bindparams(
@@ -62,13 +71,13 @@ class DriverSql:
                     )
                 )
                 kwargs = {"render_postcompile": True}
-            compiled = clause.compile(dialect=dialect, compile_kwargs=kwargs)
+            compiled = cast(SQLCompiler, clause.compile(dialect=dialect, compile_kwargs=kwargs))
             order = tuple(compiled.positiontup or ()) if compiled.positional else None
             found = self._compiled[key] = (compiled.string, _binder(order))
         return found
 
     def __repr__(self) -> str:
-        return f"DriverSql({self.text!r})"
+        return f"DriverSql({str(self.statement)!r})"
 
 
 def _binder(order: tuple[str, ...] | None) -> Binder:

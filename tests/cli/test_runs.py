@@ -15,8 +15,6 @@ from trm_store import open_store
 from trm_store.domain.run_log import RunLog
 from trm_store.domain.runs import run_info
 
-HOURS_AGO = datetime.now(UTC) - timedelta(hours=2)
-
 
 def _record_runs(url: str) -> None:
     """done (3 predictions), boom (failed), alive (running), dead (running, lease 2 hours old)."""
@@ -29,7 +27,10 @@ def _record_runs(url: str) -> None:
         with pytest.raises(RuntimeError), RunLog(store, "boom"):
             raise RuntimeError("the harness crashed")
         RunLog(store, "alive").__enter__()  # never left: its process "dies" here
-        dead = RunLog(store, "dead", clock=lambda: HOURS_AGO).__enter__()
+        # Two hours before the runs are recorded (not before this module was imported: the
+        # table shows the lease's age, and a long session would make it 2.1h).
+        hours_ago = datetime.now(UTC) - timedelta(hours=2)
+        dead = RunLog(store, "dead", clock=lambda: hours_ago).__enter__()
         dead.record_prediction("q0", unit_id="u", prediction=0, correct=False, stop_reason="stop")
         dead.flush()
 

@@ -56,7 +56,7 @@ def test_driver_errors_come_out_as_sqlalchemy_s_types(
 ) -> None:
     with pytest.raises(error) as raised, engine.begin() as conn:
         execute(conn, statement, params)
-    assert statement.text.split()[0] in str(raised.value)
+    assert str(statement.statement).split()[0] in str(raised.value)
 
 
 def test_cursor_event_listeners_see_each_statement_sent(engine: Engine) -> None:

@@ -10,8 +10,10 @@ from operator import itemgetter
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from sqlalchemy import Connection, Table
+from sqlalchemy import Connection, Table, and_, bindparam, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
+from sqlalchemy.sql.elements import ClauseElement
 
 from trm_store.domain.errors import DomainInputError
 from trm_store.driver import DriverSql, bind_processor, execute_many
@@ -146,6 +148,13 @@ class _Statement:
         return bound
 
 
+_INSERTS: dict[str, Callable[[Table], Any]] = {
+    "sqlite": sqlite.insert,
+    "postgresql": postgresql.insert,
+}
+"""The dialects' INSERT constructs, which know ON CONFLICT (their types differ, their API not)."""
+
+
 def _statement(
     dialect: Dialect,
     table: Table,
@@ -154,29 +163,29 @@ def _statement(
     upsert: tuple[str, ...] | None,
 ) -> _Statement:
     """The upsert of `columns` replacing `upsert` on a conflict of `keys` (or, for None, the
-    update of the other columns where `keys` match), kept in the table's `info`: a scratch
-    table's statements go with it. Kept per driver, not per engine: every engine of a store
-    serialises JSON with `serialize_json`."""
+    update of the other columns where `keys` match), built by SQLAlchemy and kept in the
+    table's `info`: a scratch table's statements go with it. Kept per driver, not per engine:
+    every engine of a store serialises JSON with `serialize_json`."""
     cache: dict[tuple[object, ...], _Statement] = table.info.setdefault("trm_statements", {})
     shape = (dialect.name, dialect.driver, dialect.paramstyle, columns, keys, upsert)
     found = cache.get(shape)
     if found is not None:
         return found
-    quote = dialect.identifier_preparer.quote
-    target = dialect.identifier_preparer.format_table(table)
+    values: dict[str, Any] = {
+        c: bindparam(c) for c in columns if upsert is not None or c not in keys
+    }
+    statement: ClauseElement
     if upsert is None:
-        sets = ", ".join(f"{quote(c)} = :{c}" for c in columns if c not in keys)
-        where = " AND ".join(f"{quote(k)} = :{k}" for k in keys)
-        sql = f"UPDATE {target} SET {sets} WHERE {where}"
+        where = and_(*(table.c[k] == bindparam(k) for k in keys))
+        statement = update(table).where(where).values(values)
     else:
-        names, values = ", ".join(map(quote, columns)), ", ".join(f":{c}" for c in columns)
-        sets = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in upsert)
-        sql = (
-            f"INSERT INTO {target} ({names}) VALUES ({values}) "
-            f"ON CONFLICT ({', '.join(map(quote, keys))}) DO UPDATE SET {sets}"
+        insert = _INSERTS[dialect.name](table).values(values)
+        statement = insert.on_conflict_do_update(
+            index_elements=[table.c[k] for k in keys],
+            set_={c: insert.excluded[c] for c in upsert},
         )
     processors = tuple(
         (c, process) for c in columns if (process := bind_processor(table.c[c], dialect))
     )
-    found = cache[shape] = _Statement(DriverSql(sql), processors)
+    found = cache[shape] = _Statement(DriverSql(statement), processors)
     return found
