@@ -23,7 +23,6 @@ __all__ = [
     "PreparedAppend",
     "PreparedEvent",
     "check_items",
-    "check_target",
     "prepared_append",
     "storable",
 ]
@@ -75,10 +74,7 @@ class PreparedAppend:
 
 def check_items(items: Sequence[AppendItem]) -> Sequence[AppendItem]:
     """Refuse anything but a non-empty list of (stream_id, events, expected_version)."""
-    if (
-        type(items) is not list
-        and (isinstance(items, str | bytes) or not isinstance(items, Sequence))
-    ) or not items:
+    if not _non_empty_sequence(items, refused=(str, bytes)):
         raise EventValidationError(
             "append_batch takes a non-empty list of (stream_id, events, expected_version)"
         )
@@ -101,11 +97,8 @@ class AppendPreparer:
     def __call__(self, item: AppendItem) -> PreparedAppend:
         """Validate one append item completely, before any database work."""
         stream_id, events, expected_version = item
-        check_target(stream_id, expected_version)
-        if (
-            type(events) is not list
-            and (isinstance(events, NewEvent) or not isinstance(events, Sequence))
-        ) or not events:
+        _check_target(stream_id, expected_version)
+        if not _non_empty_sequence(events, refused=(NewEvent,)):
             raise EventValidationError(
                 f"stream {stream_id!r}: events must be a non-empty list of NewEvent"
             )
@@ -145,8 +138,8 @@ def prepared_append(
 ) -> PreparedAppend:
     """An append of events validated earlier (`AppendPreparer.event`). Their ids were fixed
     then, so it is treated as a possible retry, as an append with caller-given ids."""
-    check_target(stream_id, expected_version)
-    if (type(events) is not list and not isinstance(events, Sequence)) or not events:
+    _check_target(stream_id, expected_version)
+    if not _non_empty_sequence(events):
         raise EventValidationError(
             f"stream {stream_id!r}: events must be a non-empty list of PreparedEvent"
         )
@@ -159,7 +152,7 @@ def prepared_append(
     return _joined(stream_id, expected_version, list(events), ids_given=True)
 
 
-def check_target(stream_id: object, expected_version: object) -> None:
+def _check_target(stream_id: object, expected_version: object) -> None:
     """Refuse a stream id no backend can store and an expected_version that is not one."""
     if (
         not isinstance(stream_id, str)
@@ -179,6 +172,13 @@ def check_target(stream_id: object, expected_version: object) -> None:
         raise EventValidationError(
             f"expected_version must be None or an int >= 0, got {expected_version!r}"
         )
+
+
+def _non_empty_sequence(value: object, refused: tuple[type, ...] = ()) -> bool:
+    """A non-empty sequence that is none of `refused` (a list is recognised first: the usual)."""
+    if type(value) is not list and (isinstance(value, refused) or not isinstance(value, Sequence)):
+        return False
+    return bool(value)
 
 
 def _joined(

@@ -287,7 +287,8 @@ class Store:
         """
         require_known(self._projections.projections, [projection])
         tables = self._projections.live[projection]
-        with self._reading(lock=list(tables.values())) as conn:
+        lock = list(tables.values())
+        with self._reading(lock) as conn:
             stale = self._projections.stale(conn, [projection])
             if not stale:
                 yield conn, tables
@@ -297,7 +298,7 @@ class Store:
                 f"projection {projection!r} is stale ({stale[projection]}); {REPLAY_HINT}"
             )
         self.recover()
-        with self._reading(lock=list(tables.values())) as conn:
+        with self._reading(lock) as conn:
             yield conn, tables
 
     @contextmanager
