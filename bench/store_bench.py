@@ -42,7 +42,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table as RichTable
-from sqlalchemy import Engine, event
+from sqlalchemy import event
 from store_reference import (
     APPENDED,
     BATCH,
@@ -156,18 +156,23 @@ LAST_ROW = "SELECT data, meta, length(recorded_at) FROM events ORDER BY position
 
 
 @contextmanager
-def capturing() -> Iterator[list[tuple[str, Any]]]:
-    """The (SQL, parameters) SQLAlchemy sends to the driver while the block runs."""
+def capturing(store: Store) -> Iterator[list[tuple[str, Any]]]:
+    """The (SQL, parameters) the store sends to the driver while the block runs.
+
+    The listener goes on this store's engine only: a listener on the Engine class would switch
+    SQLAlchemy's event checks on in every engine of the process, the timed ones included.
+    """
+    engine = store._backend.engine
     sent: list[tuple[str, Any]] = []
 
     def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_rest: Any) -> None:
         sent.append((statement, parameters))
 
-    event.listen(Engine, "before_cursor_execute", capture)
+    event.listen(engine, "before_cursor_execute", capture)
     try:
         yield sent
     finally:
-        event.remove(Engine, "before_cursor_execute", capture)
+        event.remove(engine, "before_cursor_execute", capture)
 
 
 def learn(workdir: Path) -> Plan:
@@ -179,7 +184,7 @@ def learn(workdir: Path) -> Plan:
     store = fresh(workdir / "trm.db")
     try:
         store.append("bench:warm-up", [NewEvent(APPENDED, appended(k)) for k in range(1000)])
-        with capturing() as sent:  # two streams: the store may read the second one apart
+        with capturing(store) as sent:  # two streams: the store may read the second one apart
             e, last = store.append_batch(
                 [
                     ("bench:probe", [NewEvent(APPENDED, appended(0))], None),
@@ -236,7 +241,7 @@ def check(workdir: Path, shape: Shape, plan: Plan) -> list[str]:
     fresh(workdir / "raw.db").close()
     try:
         shape.trm(store, 0)  # warm-up: the first append also opens the pool's connection
-        with capturing() as sent:
+        with capturing(store) as sent:
             shape.trm(store, 1)
         with store.write_transaction() as conn:
             trm_row = conn.exec_driver_sql(LAST_ROW).one()

@@ -102,9 +102,11 @@ def _send(conn: Connection, statement: DriverSql, params: Any, many: bool) -> DB
     dbapi_connection = conn.connection.dbapi_connection
     assert dbapi_connection is not None, "the connection was invalidated"
     cursor = dbapi_connection.cursor()
-    dispatch = conn.dispatch
-    if dispatch.before_cursor_execute:  # an empty check costs less than an empty loop
-        for listener in dispatch.before_cursor_execute:
+    # SQLAlchemy's own test before each of its event points: set for good once any connection
+    # event listener is added to the connection, its engine or the Engine class.
+    observed = conn._has_events or conn.engine._has_events
+    if observed:
+        for listener in conn.dispatch.before_cursor_execute:
             sql, bound = listener(conn, cursor, sql, bound, None, many)
     try:
         if many:
@@ -116,8 +118,8 @@ def _send(conn: Connection, statement: DriverSql, params: Any, many: bool) -> DB
         raise DBAPIError.instance(
             sql, bound, e, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
         ) from e
-    if dispatch.after_cursor_execute:
-        for after in dispatch.after_cursor_execute:
+    if observed:
+        for after in conn.dispatch.after_cursor_execute:
             after(conn, cursor, sql, bound, None, many)
     return cursor
 

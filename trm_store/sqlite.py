@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import URL, Connection, Engine, Table, create_engine, event
+from sqlalchemy.dialects import registry
+from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import DBAPIError
 
@@ -25,11 +27,33 @@ from trm_store.writer_connections import WriterConnections
 __all__ = ["SqliteBackend"]
 
 BUSY_TIMEOUT_MS = 60_000
-_BEGIN = DriverSql("BEGIN")
 _BEGIN_IMMEDIATE = DriverSql("BEGIN IMMEDIATE")
 _COMMIT = DriverSql("COMMIT")
 _WRITING = "trm_writing"
 """Marks a writer connection (in its `info`) while its write transaction is open."""
+
+
+class TransactionalSqliteDialect(SQLiteDialect_pysqlite):
+    """pysqlite whose every SQLAlchemy transaction is a real SQLite one, begun by `BEGIN`.
+
+    sqlite3 (before Python 3.12) begins transactions only before DML, so a read would see no
+    snapshot. SQLAlchemy's documented fix is a `begin` event listener; this is the same `BEGIN`,
+    sent by the dialect's `do_begin` instead. A connection event listener switches SQLAlchemy's
+    event checks on for every statement of the engine (and `trm_store.driver` keeps to the same
+    test): with none, an append's statements skip them.
+    """
+
+    supports_statement_cache = True
+
+    def do_begin(self, dbapi_connection: DBAPIConnection) -> None:
+        # A writer's transaction has begun already (BEGIN IMMEDIATE, sent on the driver).
+        if not dbapi_connection.in_transaction:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("BEGIN")
+            cursor.close()
+
+
+registry.register("sqlite.trm", __name__, TransactionalSqliteDialect.__name__)
 
 
 def _refuse_attach(action: int, *_args: object) -> int:
@@ -57,10 +81,10 @@ class SqliteBackend:
         if read_only:
             if not self.path.exists():
                 raise StoreError(f"no SQLite store at {self.path}")
-            engine_url = f"sqlite+pysqlite:///file:{self.path}?mode=ro&uri=true"
+            engine_url = f"sqlite+trm:///file:{self.path}?mode=ro&uri=true"
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            engine_url = f"sqlite+pysqlite:///{self.path}"
+            engine_url = f"sqlite+trm:///{self.path}"
         self.engine: Engine = create_engine(
             engine_url,
             connect_args={"timeout": BUSY_TIMEOUT_MS / 1000},
@@ -72,7 +96,7 @@ class SqliteBackend:
 
         @event.listens_for(self.engine, "connect")
         def _configure(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
-            # Transactions begin explicitly: BEGIN IMMEDIATE for writers, BEGIN by the event below.
+            # Transactions begin explicitly: BEGIN IMMEDIATE for writers, BEGIN by the dialect.
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
             if writable:
@@ -83,13 +107,6 @@ class SqliteBackend:
             if not writable:
                 # mode=ro guards the main file, but raw SQL could ATTACH it again read-write.
                 dbapi_connection.set_authorizer(_refuse_attach)
-
-        @event.listens_for(self.engine, "begin")
-        def _begin(conn: Connection) -> None:
-            # Every SQLAlchemy transaction is a real SQLite one; a writer's has begun already.
-            dbapi_connection = conn.connection.dbapi_connection
-            if dbapi_connection is not None and not dbapi_connection.in_transaction:
-                execute(conn, _BEGIN, {})
 
     @contextmanager
     def write_transaction(self) -> Iterator[Connection]:

@@ -76,6 +76,20 @@ def test_cursor_event_listeners_see_each_statement_sent(engine: Engine) -> None:
     assert [(w, s, m) for w, s, _, m in seen] == [("before", sql, True), ("after", sql, True)]
 
 
+def test_listeners_on_one_connection_see_its_statements_only(engine: Engine) -> None:
+    seen: list[str] = []
+
+    def before(_conn: Any, _cursor: Any, sql: str, *_rest: Any) -> None:
+        seen.append(sql)
+
+    with engine.connect() as listened, listened.begin():
+        event.listen(listened, "before_cursor_execute", before)
+        execute(listened, INSERT, {"k": 1, "v": "a"})
+    with engine.begin() as other:
+        execute(other, INSERT, {"k": 2, "v": "b"})
+    assert seen == [INSERT.compiled(engine.dialect)[0]]
+
+
 def test_the_sql_is_compiled_once_per_dialect_in_its_paramstyle(engine: Engine) -> None:
     sql, bind = INSERT.compiled(engine.dialect)
     assert INSERT.compiled(engine.dialect)[0] is sql

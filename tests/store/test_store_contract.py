@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, event, text
 from sqlalchemy.exc import DBAPIError
 
 from tests.store.helpers import TOTALS, added, replayed_totals, totals
@@ -306,3 +307,40 @@ def test_nan_in_an_any_field_is_refused_not_written_as_null(store: Store) -> Non
         with pytest.raises(EventValidationError, match="finite"):
             store.append("s", [NewEvent("test.anything", {"value": bad})])
     assert store.head_position() == 0
+
+
+def test_cursor_listeners_on_the_store_engine_see_every_statement_of_an_append(
+    store: Store,
+) -> None:
+    """The append's statements skip SQLAlchemy's execution path, not its cursor events."""
+    seen: list[tuple[str, str]] = []
+
+    def before(_conn: Any, _cursor: Any, sql: str, *_rest: Any) -> None:
+        seen.append(("before", sql))
+
+    def after(_conn: Any, _cursor: Any, sql: str, *_rest: Any) -> None:
+        seen.append(("after", sql))
+
+    engine = store._backend.engine
+    event.listen(engine, "before_cursor_execute", before)
+    event.listen(engine, "after_cursor_execute", after)
+    try:
+        store.append("s", [added(1)])
+    finally:
+        event.remove(engine, "before_cursor_execute", before)
+        event.remove(engine, "after_cursor_execute", after)
+    inserts = [w for w, sql in seen if sql.startswith("INSERT INTO events")]
+    assert inserts == ["before", "after"]
+    assert [w for w, _ in seen] == ["before", "after"] * (len(seen) // 2)
+
+
+def test_a_read_transaction_keeps_its_snapshot_while_others_append(store: Store) -> None:
+    """Every SQLAlchemy transaction of the store is a real database one from its first read
+    (on SQLite the dialect sends BEGIN: sqlite3 alone would not, before a SELECT)."""
+    store.append("s", [added(1)])
+    count = text("SELECT count(*) FROM events")
+    with store._backend.read_transaction() as conn:
+        assert conn.execute(count).scalar_one() == 1
+        store.append("s", [added(2)])
+        assert conn.execute(count).scalar_one() == 1
+    assert store.head_position() == 2
