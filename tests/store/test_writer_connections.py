@@ -85,8 +85,9 @@ def test_nested_write_transactions_are_refused_and_the_outer_one_survives(
         assert [e.data["n"] for e in store.read_stream("s")] == [2]
 
 
+@pytest.mark.parametrize("child_closes_first", [False, True])
 def test_a_forked_child_opens_its_own_connection_and_the_parent_keeps_writing(
-    sqlite_url: str,
+    sqlite_url: str, child_closes_first: bool
 ) -> None:
     with open_store(sqlite_url) as store:
         store.append("s", ping(1))
@@ -96,9 +97,11 @@ def test_a_forked_child_opens_its_own_connection_and_the_parent_keeps_writing(
         if pid == 0:  # the child: append through the inherited store, report, exit at once
             code = 1
             try:
+                if child_closes_first:  # must leave the parent's connection alone
+                    store.close()
                 store.append("s", ping(2))
                 mine = writers(store)[threading.current_thread()]
-                code = 0 if mine is not parent_conn else 2
+                code = 0 if mine is not parent_conn and not parent_conn.closed else 2
             finally:
                 os.write(write, bytes([code]))
                 os._exit(0)
@@ -108,6 +111,7 @@ def test_a_forked_child_opens_its_own_connection_and_the_parent_keeps_writing(
         assert child_code == bytes([0])
         store.append("s", ping(3))
         assert writers(store)[threading.current_thread()] is parent_conn
+        assert not parent_conn.closed
         assert [e.data["n"] for e in store.read_stream("s")] == [1, 2, 3]
 
 
