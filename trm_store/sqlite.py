@@ -69,6 +69,58 @@ def _rollback(conn: Connection, dbapi_connection: DBAPIConnection) -> None:
         dbapi_connection.rollback()
 
 
+class AppendTransaction:
+    """`BEGIN IMMEDIATE` ... `COMMIT`, both sent on the driver, on a writer connection.
+
+    SQLAlchemy's transaction begins only if the block runs a statement through it (the
+    dialect's `do_begin` then finds SQLite's transaction open and adds nothing), and then ends
+    with it: an append, which sends only driver statements, skips its bookkeeping. A class, not
+    a `contextmanager` generator: it runs for every append, where each Python call counts.
+    """
+
+    __slots__ = ("_conn", "_dbapi_connection", "_info")
+    _dbapi_connection: DBAPIConnection
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._info = conn.info
+
+    def __enter__(self) -> Connection:
+        conn, info = self._conn, self._info
+        if info.get(_WRITING):
+            raise StoreError(
+                "write transactions do not nest: this thread's write transaction is still open"
+            )
+        dbapi_connection = conn.connection.dbapi_connection
+        assert dbapi_connection is not None, "the connection was invalidated"
+        self._dbapi_connection = dbapi_connection
+        info[_WRITING] = True
+        try:
+            _rollback(conn, dbapi_connection)  # anything an interrupt left open
+            execute(conn, _BEGIN_IMMEDIATE, {})
+        except BaseException:
+            info[_WRITING] = False
+            raise
+        return conn
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        conn, dbapi_connection = self._conn, self._dbapi_connection
+        try:
+            if kind is not None:
+                _rollback(conn, dbapi_connection)
+                return
+            try:
+                if conn.in_transaction():
+                    conn.commit()
+                elif dbapi_connection.in_transaction:
+                    execute(conn, _COMMIT, {})
+            except BaseException:
+                _rollback(conn, dbapi_connection)
+                raise
+        finally:
+            self._info[_WRITING] = False
+
+
 class SqliteBackend:
     """A SQLite file shared by any number of processes on one machine."""
 
@@ -114,38 +166,12 @@ class SqliteBackend:
         with self.append_transaction() as conn, conn.begin():
             yield conn
 
-    @contextmanager
-    def append_transaction(self) -> Iterator[Connection]:
-        """`BEGIN IMMEDIATE` ... `COMMIT`, both sent on the driver.
-
-        SQLAlchemy's transaction begins only if the block runs a statement through it (its
-        `begin` event then finds SQLite's transaction open and adds nothing), and then ends
-        with it: an append, which sends only driver statements, skips its bookkeeping.
-        """
+    def append_transaction(self) -> AppendTransaction:
+        """`BEGIN IMMEDIATE` ... `COMMIT` on this thread's writer connection (see
+        `AppendTransaction`)."""
         if self.read_only:
             raise ReadOnlyStoreError(f"store {self.describe()} was opened read_only=True")
-        conn = self._writers.current()
-        info = conn.info
-        if info.get(_WRITING):
-            raise StoreError(
-                "write transactions do not nest: this thread's write transaction is still open"
-            )
-        dbapi_connection = conn.connection.dbapi_connection
-        assert dbapi_connection is not None, "the connection was invalidated"
-        info[_WRITING] = True
-        try:
-            _rollback(conn, dbapi_connection)  # anything an interrupt left open
-            execute(conn, _BEGIN_IMMEDIATE, {})
-            yield conn
-            if conn.in_transaction():
-                conn.commit()
-            elif dbapi_connection.in_transaction:
-                execute(conn, _COMMIT, {})
-        except BaseException:
-            _rollback(conn, dbapi_connection)
-            raise
-        finally:
-            info[_WRITING] = False
+        return AppendTransaction(self._writers.current())
 
     def close(self) -> None:
         self._writers.close()
