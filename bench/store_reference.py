@@ -109,15 +109,11 @@ def register_workload() -> None:
 
 # -- the raw sqlite3 reference: the store's SQL, by hand ----------------------------------------
 
-_COLS = (
-    "events.position, events.event_id, events.stream_id, events.stream_version, events.type, "
-    "events.schema_version, events.data, events.meta, events.recorded_at"
-)
 SQL_AFTER = (
-    f"SELECT {_COLS} \nFROM events \nWHERE events.position > ? ORDER BY events.position\n"
-    " LIMIT ? OFFSET ?"
+    "SELECT position, event_id, stream_id, stream_version, type, schema_version, data, meta, "
+    "recorded_at FROM events WHERE position > ? ORDER BY position LIMIT ?"
 )
-"""The log read of `read_all` and of a rebuild (SQLAlchemy's rendering of `events_after`)."""
+"""The log read of `read_all` and of a rebuild (`trm_store.log.events_after`)."""
 SQL_LAST = "SELECT coalesce(max(position), 0) FROM events"
 SQL_WRITE = (
     "INSERT INTO events (position, event_id, stream_id, stream_version, type, schema_version, "
@@ -293,7 +289,7 @@ def raw_read_all(conn: sqlite3.Connection, after: int) -> Iterator[RecordedEvent
     current = schema_versions()
     while True:
         conn.execute("BEGIN")
-        rows = conn.execute(SQL_AFTER, (after, BATCH, 0)).fetchall()
+        rows = conn.execute(SQL_AFTER, (after, BATCH)).fetchall()
         conn.execute("COMMIT")
         batch = [to_event(r, current) for r in rows]
         yield from batch
@@ -398,7 +394,7 @@ def raw_rebuild(path: Path, canonical: bool) -> int:
     try:
         while True:
             conn.execute("BEGIN IMMEDIATE")
-            batch = [to_event(r, current) for r in conn.execute(SQL_AFTER, (after, BATCH, 0))]
+            batch = [to_event(r, current) for r in conn.execute(SQL_AFTER, (after, BATCH))]
             mine = [e for e in batch if e.type in (REGISTERED, PREDICTION, COMPLETED)]
             if mine:
                 scratch.apply(conn, mine)
