@@ -38,6 +38,14 @@ def _utc(at: str | datetime) -> datetime:
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _is_flat(value: Any) -> bool:
+    """A dict whose values are all scalars: a shallow copy of it is a full copy."""
+    return type(value) is dict and all(type(v) in _SCALARS for v in value.values())
+
+
 def _recorded(rows: Iterable[Sequence[Any]]) -> list[RecordedEvent]:
     """Stored rows as RecordedEvents, their data upcast to the registered schema version.
 
@@ -48,11 +56,20 @@ def _recorded(rows: Iterable[Sequence[Any]]) -> list[RecordedEvent]:
     """
     types = registered_event_types()
     recorded = []
+    meta_text: str | None = None
+    flat_meta: dict[str, Any] | None = None
+    """The last meta decoded, when its values are all scalars: a copy of it is a decode."""
     for position, event_id, stream_id, version, type_, schema_version, data, meta, at in rows:
         if type(data) is str:
             data = loads_json(data)
         if type(meta) is str:
-            meta = loads_json(meta)
+            # Consecutive events mostly share their meta (the writer's host and pid). Each
+            # event gets its own copy: a caller may change its event's meta.
+            if meta == meta_text and flat_meta is not None:
+                meta = dict(flat_meta)
+            else:
+                meta_text, meta = meta, loads_json(meta)
+                flat_meta = meta if _is_flat(meta) else None
         at = _utc(at)
         registered = types.get(type_)
         if registered is not None and schema_version != registered.schema_version:

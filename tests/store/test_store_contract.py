@@ -344,3 +344,23 @@ def test_a_read_transaction_keeps_its_snapshot_while_others_append(store: Store)
         store.append("s", [added(2)])
         assert conn.execute(count).scalar_one() == 1
     assert store.head_position() == 2
+
+
+@pytest.mark.parametrize("meta", [None, {"tags": ["a"], "origin": {"job": 7}}])
+def test_events_read_back_each_have_their_own_meta(
+    store: Store, meta: dict[str, Any] | None
+) -> None:
+    """Events sharing their meta are decoded once per batch, never handed the same objects."""
+    store.append("s", [NewEvent("test.added", {"amount": n}, meta=meta) for n in range(3)])
+    for read in (store.read_stream("s"), list(store.read_all())):
+        first, second, _ = read
+        assert first.meta == second.meta
+        first.meta["changed"] = True
+        for value in first.meta.values():
+            if isinstance(value, list):
+                value.append("b")
+            elif isinstance(value, dict):
+                value["changed"] = True
+        assert "changed" not in second.meta
+        assert second.meta.get("tags", ["a"]) == ["a"]
+        assert second.meta.get("origin", {"job": 7}) == {"job": 7}
