@@ -243,7 +243,8 @@ def dumps_json(value: Any, *, what: str) -> JsonText:
     """Canonical JSON; NaN, infinities, NUL characters and non-JSON values raise
     EventValidationError (PostgreSQL cannot store NUL in JSON, so no backend accepts it)."""
     try:
-        text = _encode(value)
+        # A bare string (a projection's text column kept as JSON) skips the encoder's setup.
+        text = encode_basestring_ascii(value) if type(value) is str else _encode(value)
     except (TypeError, ValueError, RecursionError) as e:
         raise EventValidationError(f"{what} is not JSON: {e}") from e
     if "\\u0000" in text and _NUL.search(text):
