@@ -31,6 +31,7 @@ __all__ = [
     "dumps_json",
     "event_type",
     "loads_json",
+    "recorded_event",
     "register_event_type",
     "registered_event_types",
     "serialize_json",
@@ -69,6 +70,46 @@ class RecordedEvent:
     data: dict[str, Any]
     meta: dict[str, Any]
     recorded_at: datetime
+
+
+def _recorded_event_constructor() -> Callable[..., RecordedEvent]:
+    """`RecordedEvent(...)`, positional, at half its cost: for every event read or appended.
+
+    A frozen dataclass's `__init__` sets each field with `object.__setattr__`; this sets the
+    same slots through their descriptors, which is all that `__init__` does (no defaults, no
+    `__post_init__`). A rebuild builds a million of them: ~6% of its instructions.
+    """
+    new = object.__new__
+    setters = [getattr(RecordedEvent, name).__set__ for name in RecordedEvent.__slots__]
+    position, event_id, stream_id, version, type_, schema_version, data, meta, at = setters
+
+    def recorded_event(
+        p: int,
+        e: str,
+        s: str,
+        v: int,
+        t: str,
+        sv: int,
+        d: dict[str, Any],
+        m: dict[str, Any],
+        a: datetime,
+    ) -> RecordedEvent:
+        event: RecordedEvent = new(RecordedEvent)
+        position(event, p)
+        event_id(event, e)
+        stream_id(event, s)
+        version(event, v)
+        type_(event, t)
+        schema_version(event, sv)
+        data(event, d)
+        meta(event, m)
+        at(event, a)
+        return event
+
+    return recorded_event
+
+
+recorded_event = _recorded_event_constructor()
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, text
 
 from trm_store.driver import DriverSql, fetch_all
-from trm_store.events import RecordedEvent, loads_json, registered_event_types
+from trm_store.events import RecordedEvent, loads_json, recorded_event, registered_event_types
 from trm_store.schema import EVENT_COLUMNS
 
 __all__ = [
@@ -76,7 +76,7 @@ def _recorded(rows: Iterable[Sequence[Any]]) -> list[RecordedEvent]:
             data = registered.read(schema_version, data)
             schema_version = registered.schema_version
         recorded.append(
-            RecordedEvent(
+            recorded_event(
                 position, event_id, stream_id, version, type_, schema_version, data, meta, at
             )
         )

@@ -26,10 +26,7 @@ from trm_store.errors import (
     StaleProjectionError,
     StoreError,
 )
-from trm_store.events import (
-    NewEvent,
-    RecordedEvent,
-)
+from trm_store.events import NewEvent, RecordedEvent, recorded_event
 from trm_store.log import events_after, events_by_id, head, heads, stream_events, stream_head
 from trm_store.migrate import ensure_schema
 from trm_store.prepare import (
@@ -217,7 +214,7 @@ class Store:
                     }
                 )
                 recorded.append(
-                    RecordedEvent(
+                    recorded_event(
                         position,
                         event.event_id,
                         stream_id,
