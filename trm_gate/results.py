@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trm_gate.errors import ArmResultError, GateInputError, UnknownStopReasonError
-from trm_store.domain.baseline import INFRA_STOP_REASONS  # one definition of INFRA
+from trm_store.vocabulary import INFRA_STOP_REASONS, STOP_REASONS  # one definition
 
 __all__ = [
     "INFRA_STOP_REASONS",
@@ -34,13 +34,6 @@ __all__ = [
     "fold_unit",
     "fold_units",
 ]
-
-STOP_REASONS: frozenset[str] = INFRA_STOP_REASONS | {
-    "stop",
-    "length",
-    "content_filter",
-    "tool_calls",
-}
 
 
 _ID_MAX = 255  # what the store's event models accept for question and unit ids

@@ -1,51 +1,138 @@
 """trm_store: an append-only event log with projections, on SQLite or PostgreSQL, and the
-optimisation loop's state (workspaces, runs, metrics, baseline cache, diagnoses) kept in it."""
+optimisation loop's state (workspaces, runs, metrics, baseline cache, diagnoses) kept in it.
 
-from trm_store.domain.baseline import (
-    INFRA_STOP_REASONS,
-    BaselineCache,
-    BaselineOutcome,
-    BaselineQuestion,
-)
-from trm_store.domain.diagnosis import done_question_ids, read_diagnoses, record_diagnosis
-from trm_store.domain.errors import (
-    DomainConflictError,
-    DomainInputError,
-    DuplicateFinalMetricError,
-    InfraOutcomeError,
-    RunStateError,
-    UnknownEntityError,
-    UnknownRunError,
-    UnknownWorkspaceError,
-    WorkspaceExistsError,
-)
-from trm_store.domain.manifest_file import export_manifest
-from trm_store.domain.metrics import read_dual_metric, write_dual_metric
-from trm_store.domain.run_leases import mark_stale_runs
-from trm_store.domain.run_log import RunLog
-from trm_store.domain.runs import run_info
-from trm_store.domain.workspace import (
-    get_manifest,
-    record_run,
-    scaffold_workspace,
-    update_best,
-    update_manifest,
-)
-from trm_store.errors import (
-    ConcurrencyError,
-    EventValidationError,
-    ReadOnlyStoreError,
-    SchemaVersionError,
-    StaleProjectionError,
-    StoreError,
-)
-from trm_store.events import NewEvent, RecordedEvent, register_event_type
-from trm_store.prepare import PreparedEvent
-from trm_store.projections import Projection, register_projection
-from trm_store.store import Store, open_store
+Names load on first use (PEP 562), so `import trm_store.vocabulary` (which the gate's pure core
+does) loads no database library; `from trm_store import open_store` works as always.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trm_store.domain.baseline import (
+        BaselineCache,
+        BaselineOutcome,
+        BaselineQuestion,
+    )
+    from trm_store.domain.diagnosis import (
+        done_question_ids,
+        read_diagnoses,
+        record_diagnosis,
+    )
+    from trm_store.domain.errors import (
+        DomainConflictError,
+        DomainInputError,
+        DuplicateFinalMetricError,
+        InfraOutcomeError,
+        RunStateError,
+        UnknownEntityError,
+        UnknownRunError,
+        UnknownWorkspaceError,
+        WorkspaceExistsError,
+    )
+    from trm_store.domain.manifest_file import (
+        export_manifest,
+    )
+    from trm_store.domain.metrics import (
+        read_dual_metric,
+        write_dual_metric,
+    )
+    from trm_store.domain.run_leases import (
+        mark_stale_runs,
+    )
+    from trm_store.domain.run_log import (
+        RunLog,
+    )
+    from trm_store.domain.runs import (
+        run_info,
+    )
+    from trm_store.domain.workspace import (
+        get_manifest,
+        record_run,
+        scaffold_workspace,
+        update_best,
+        update_manifest,
+    )
+    from trm_store.errors import (
+        ConcurrencyError,
+        EventValidationError,
+        ReadOnlyStoreError,
+        SchemaVersionError,
+        StaleProjectionError,
+        StoreError,
+    )
+    from trm_store.events import (
+        NewEvent,
+        RecordedEvent,
+        register_event_type,
+    )
+    from trm_store.prepare import (
+        PreparedEvent,
+    )
+    from trm_store.projections import (
+        Projection,
+        register_projection,
+    )
+    from trm_store.store import (
+        Store,
+        open_store,
+    )
+    from trm_store.vocabulary import (
+        INFRA_STOP_REASONS,
+        STOP_REASONS,
+    )
+
+_EXPORTS: dict[str, str] = {
+    "BaselineCache": "trm_store.domain.baseline",
+    "BaselineOutcome": "trm_store.domain.baseline",
+    "BaselineQuestion": "trm_store.domain.baseline",
+    "ConcurrencyError": "trm_store.errors",
+    "DomainConflictError": "trm_store.domain.errors",
+    "DomainInputError": "trm_store.domain.errors",
+    "DuplicateFinalMetricError": "trm_store.domain.errors",
+    "EventValidationError": "trm_store.errors",
+    "INFRA_STOP_REASONS": "trm_store.vocabulary",
+    "InfraOutcomeError": "trm_store.domain.errors",
+    "NewEvent": "trm_store.events",
+    "PreparedEvent": "trm_store.prepare",
+    "Projection": "trm_store.projections",
+    "ReadOnlyStoreError": "trm_store.errors",
+    "RecordedEvent": "trm_store.events",
+    "RunLog": "trm_store.domain.run_log",
+    "RunStateError": "trm_store.domain.errors",
+    "STOP_REASONS": "trm_store.vocabulary",
+    "SchemaVersionError": "trm_store.errors",
+    "StaleProjectionError": "trm_store.errors",
+    "Store": "trm_store.store",
+    "StoreError": "trm_store.errors",
+    "UnknownEntityError": "trm_store.domain.errors",
+    "UnknownRunError": "trm_store.domain.errors",
+    "UnknownWorkspaceError": "trm_store.domain.errors",
+    "WorkspaceExistsError": "trm_store.domain.errors",
+    "done_question_ids": "trm_store.domain.diagnosis",
+    "export_manifest": "trm_store.domain.manifest_file",
+    "get_manifest": "trm_store.domain.workspace",
+    "mark_stale_runs": "trm_store.domain.run_leases",
+    "open_store": "trm_store.store",
+    "read_diagnoses": "trm_store.domain.diagnosis",
+    "read_dual_metric": "trm_store.domain.metrics",
+    "record_diagnosis": "trm_store.domain.diagnosis",
+    "record_run": "trm_store.domain.workspace",
+    "register_event_type": "trm_store.events",
+    "register_projection": "trm_store.projections",
+    "run_info": "trm_store.domain.runs",
+    "scaffold_workspace": "trm_store.domain.workspace",
+    "update_best": "trm_store.domain.workspace",
+    "update_manifest": "trm_store.domain.workspace",
+    "write_dual_metric": "trm_store.domain.metrics",
+}
+"""Each public name and the module that defines it."""
 
 __all__ = [
     "INFRA_STOP_REASONS",
+    "STOP_REASONS",
     "BaselineCache",
     "BaselineOutcome",
     "BaselineQuestion",
@@ -87,3 +174,17 @@ __all__ = [
     "update_manifest",
     "write_dual_metric",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """Import the module behind a public name on first access, and keep the value."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trm_store' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -32,16 +32,15 @@ from trm_store.domain.errors import DomainInputError, InfraOutcomeError
 from trm_store.events import NewEvent, RecordedEvent, register_event_type
 from trm_store.projections import Projection, register_projection
 from trm_store.schema import JsonColumn
+from trm_store.vocabulary import INFRA_STOP_REASONS
 
 if TYPE_CHECKING:
     from trm_store.store import Store
 
-__all__ = ["INFRA_STOP_REASONS", "BaselineCache", "BaselineOutcome", "BaselineQuestion"]
+__all__ = ["BaselineCache", "BaselineOutcome", "BaselineQuestion"]
 
 STREAM = "baseline"
 PROJECTION = "baseline_cache"
-INFRA_STOP_REASONS: frozenset[str] = frozenset({"error", "parse_error"})
-"""Stop reasons that mean the infrastructure failed, not the model (SPEC §3)."""
 
 _Str = Annotated[str, Strict(), Field(min_length=1, max_length=255)]
 

@@ -1,0 +1,45 @@
+"""The words every package shares: how a question ended (the stop reasons, and which of them are
+INFRA) and what a valid id is.
+
+A leaf module with no imports of its own, so the gate's pure core can share it with the store's
+baseline cache and run log without loading a database library (`trm_store/__init__` is lazy).
+
+| stop_reason      | meaning                                                    | INFRA |
+|------------------|------------------------------------------------------------|-------|
+| `stop`           | the model finished its answer                              | no    |
+| `length`         | the answer hit the token limit (the model's own failure)   | no    |
+| `content_filter` | the provider filtered the answer (a property of the model) | no    |
+| `tool_calls`     | the model ended its turn with tool calls                   | no    |
+| `error`          | the call failed for good (retries exhausted, fatal error)  | yes   |
+| `parse_error`    | the harness could not parse or grade the reply             | yes   |
+"""
+
+from __future__ import annotations
+
+__all__ = ["ID_MAX", "INFRA_STOP_REASONS", "STOP_REASONS", "id_problem"]
+
+INFRA_STOP_REASONS: frozenset[str] = frozenset({"error", "parse_error"})
+"""Stop reasons that mean the infrastructure failed, not the model (SPEC §3)."""
+
+STOP_REASONS: frozenset[str] = INFRA_STOP_REASONS | {
+    "stop",
+    "length",
+    "content_filter",
+    "tool_calls",
+}
+"""Every stop reason a question result may carry; the set is closed on purpose."""
+
+ID_MAX = 255
+"""The longest id (run, unit, question, workspace, ...) the event models and both backends hold."""
+
+
+def id_problem(value: object, limit: int = ID_MAX) -> str | None:
+    """Why `value` is not a valid id (a non-blank, printable string of at most `limit`
+    characters), or None when it is. Each caller raises its own package's typed error."""
+    if not isinstance(value, str):
+        return f"must be a string, got {type(value).__name__}"
+    if not value or value.isspace() or len(value) > limit:
+        return f"must be a non-blank string of at most {limit} characters"
+    if not value.isprintable():
+        return f"{value!r:.80} contains control characters"
+    return None
