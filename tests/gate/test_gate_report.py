@@ -13,7 +13,7 @@ import pytest
 from tests.gate.arms import OK, WRONG, table, units
 from trm_gate import Arm, Gate, GateResult
 from trm_store import open_store
-from trm_store.cli_gate_report import add_parser, gate_report, load_report
+from trm_store.cli.gate_report import add_parser, gate_report, load_report
 from trm_store.domain.gates import UnknownGateError
 
 

@@ -1,6 +1,6 @@
 """`trm diagnose`: label a run's items with an LLM, one `question_diagnosed` event per label.
 
-The job itself is `trm_store.diagnose_job`; this module parses arguments, builds the governed
+The job itself is `trm_store.cli.diagnose.job`; this module parses arguments, builds the governed
 client from `LLMSettings` (env / `.env`, overridden by --base-url / --model) and reports. trm_llm
 is imported inside functions only, so the other `trm` commands never load it.
 """
@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from trm_store.cli_common import int_in_range, progress_bar, report_console
+from trm_store.cli.common import int_in_range, progress_bar, report_console
 from trm_store.domain._common import check_id
 from trm_store.store import open_store
 
 if TYPE_CHECKING:
     from trm_llm import GovernedLLMClient, LLMSettings
     from trm_llm.protocols import EventSink
-    from trm_store.diagnose_job import Summary, TallyingSink
+    from trm_store.cli.diagnose.job import Summary, TallyingSink
 
 __all__ = ["add_parser", "governed_client", "run"]
 
@@ -72,7 +72,7 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from trm_llm import LLMSettingsError, StoreEventSink
-    from trm_store import diagnose_job as job
+    from trm_store.cli.diagnose import job
 
     # Everything is checked before the store is opened: bad input writes nothing.
     check_id("run_id", args.run_id)

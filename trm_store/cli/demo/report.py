@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from trm_store.demo.outcome import DemoOutcome
+from trm_store.cli.demo.outcome import DemoOutcome
 
 __all__ = ["print_report", "summary"]
 

@@ -19,7 +19,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from trm_store.cli_common import report_console
+from trm_store.cli.common import report_console
 from trm_store.domain.gates import BLOCK_EVALUATED, DECIDED, STARTED, UnknownGateError, gate_stream
 from trm_store.store import Store, open_store
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from trm_gate import GateResult
-from trm_store.demo.prompts import Prompt
-from trm_store.demo.stats import CallStats
+from trm_store.cli.demo.prompts import Prompt
+from trm_store.cli.demo.stats import CallStats
 
 __all__ = ["ArmSummary", "DemoOptions", "DemoOutcome", "Endpoint"]
 

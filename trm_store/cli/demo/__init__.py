@@ -13,7 +13,7 @@ import sys
 from typing import Any
 from urllib.parse import urlsplit
 
-from trm_store.cli_common import int_in_range, report_console
+from trm_store.cli.common import int_in_range, report_console
 
 __all__ = ["DEFAULT_SEED", "add_parser", "run"]
 
@@ -81,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from trm_store.demo import DemoOptions, print_report, run_demo, summary
+    from trm_store.cli.demo.epoch import run_demo
+    from trm_store.cli.demo.outcome import DemoOptions
+    from trm_store.cli.demo.report import print_report, summary
 
     options = DemoOptions(
         db=args.db,

@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from trm_store.cli_common import report_console
+from trm_store.cli.common import report_console
 from trm_store.domain.errors import UnknownEntityError
 from trm_store.domain.llm_calls import llm_calls, llm_stats
 from trm_store.store import Store, open_store

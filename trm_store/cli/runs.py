@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import func, select
 
-from trm_store.cli_common import report_console
+from trm_store.cli.common import report_console
 from trm_store.domain._common import as_utc
 from trm_store.domain.run_leases import mark_stale_runs, stale_runs
 from trm_store.domain.runs import PROJECTION

@@ -38,20 +38,20 @@ from trm_llm import (
     SqliteResponseCache,
     StoreEventSink,
 )
-from trm_store.cli_gate_report import load_report
-from trm_store.demo.arms import BreakerWait, DemoArm, Requeue
-from trm_store.demo.faults import FaultPlan
-from trm_store.demo.model import SimulatedModel
-from trm_store.demo.outcome import ArmSummary, DemoOptions, DemoOutcome, Endpoint
-from trm_store.demo.pool import POOL_VERSION, demo_pool
-from trm_store.demo.prompts import (
+from trm_store.cli.demo.arms import BreakerWait, DemoArm, Requeue
+from trm_store.cli.demo.faults import FaultPlan
+from trm_store.cli.demo.model import SimulatedModel
+from trm_store.cli.demo.outcome import ArmSummary, DemoOptions, DemoOutcome, Endpoint
+from trm_store.cli.demo.pool import POOL_VERSION, demo_pool
+from trm_store.cli.demo.prompts import (
     GRADER_VERSION,
     Prompt,
     baseline_prompt,
     candidate_prompt,
 )
-from trm_store.demo.server import SIMULATED_BASE_URL, DemoServer, loopback_http
-from trm_store.demo.stats import collect
+from trm_store.cli.demo.server import SIMULATED_BASE_URL, DemoServer, loopback_http
+from trm_store.cli.demo.stats import collect
+from trm_store.cli.gate_report import load_report
 from trm_store.domain.errors import UnknownWorkspaceError
 from trm_store.domain.metrics import write_dual_metric
 from trm_store.domain.run_log import RunLog

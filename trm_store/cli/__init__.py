@@ -6,14 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from trm_store import (
-    cli_demo,
-    cli_diagnose,
-    cli_gate_report,
-    cli_llm_stats,
-    cli_replay,
-    cli_runs,
-)
+from trm_store.cli import demo, diagnose, gate_report, llm_stats, replay, runs
 from trm_store.errors import StoreError
 
 __all__ = ["main"]
@@ -24,12 +17,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="trm", description="Keep an LLM optimisation loop's training signal honest."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    cli_demo.add_parser(commands)
-    cli_runs.add_parser(commands)
-    cli_gate_report.add_parser(commands)
-    cli_llm_stats.add_parser(commands)
-    cli_diagnose.add_parser(commands)
-    cli_replay.add_parser(commands)
+    demo.add_parser(commands)
+    runs.add_parser(commands)
+    gate_report.add_parser(commands)
+    llm_stats.add_parser(commands)
+    diagnose.add_parser(commands)
+    replay.add_parser(commands)
     return parser
 
 
@@ -42,7 +35,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"trm: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
     return code
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
