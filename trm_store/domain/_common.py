@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from operator import itemgetter
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlalchemy import Connection, Table, and_, bindparam, update
@@ -17,6 +17,7 @@ from sqlalchemy.sql.elements import ClauseElement
 
 from trm_store.domain.errors import DomainInputError
 from trm_store.driver import DriverSql, bind_processor, execute_many
+from trm_store.vocabulary import id_problem
 
 __all__ = [
     "ID_MAX",
@@ -33,7 +34,8 @@ __all__ = [
 ]
 
 ID_MAX = 200
-"""Longest id a facade accepts: `kind:{id}` must fit the log's 255-character stream ids."""
+"""Longest id a facade accepts: `kind:{id}` must fit the log's 255-character stream ids (the
+vocabulary's ID_MAX less room for the stream kind)."""
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -46,13 +48,10 @@ class DomainModel(BaseModel):
 
 def check_id(name: str, value: object) -> str:
     """A non-blank id of at most ID_MAX printable characters, else DomainInputError."""
-    if type(value) is not str and not isinstance(value, str):
-        raise DomainInputError(f"{name} must be a string, got {type(value).__name__}")
-    if not value or value.isspace() or len(value) > ID_MAX:
-        raise DomainInputError(f"{name} must be a non-blank string of at most {ID_MAX} characters")
-    if not value.isprintable():
-        raise DomainInputError(f"{name} {value!r} contains control characters")
-    return value
+    problem = id_problem(value, ID_MAX)
+    if problem is not None:
+        raise DomainInputError(f"{name} {problem}")
+    return cast(str, value)  # id_problem accepts strings only
 
 
 def check_int(name: str, value: object, *, minimum: int) -> int:

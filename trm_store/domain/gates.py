@@ -31,7 +31,7 @@ from sqlalchemy import (
 )
 
 from trm_store.domain._common import DomainModel, as_utc, check_id, stream_id
-from trm_store.domain.errors import UnknownEntityError
+from trm_store.domain.errors import UnknownGateError
 from trm_store.events import RecordedEvent, register_event_type
 from trm_store.projections import Projection, register_projection
 from trm_store.schema import JsonColumn
@@ -47,7 +47,6 @@ __all__ = [
     "BlockEvaluated",
     "GateDecided",
     "GateStarted",
-    "UnknownGateError",
     "gate_blocks",
     "gate_info",
     "gate_stream",
@@ -59,10 +58,6 @@ PROJECTION = "gates"
 
 _Id = Annotated[str, Field(min_length=1, max_length=255)]
 Verdict = Literal["accept", "reject", "inconclusive", "infra_abort"]
-
-
-class UnknownGateError(UnknownEntityError):
-    """No gate with this id was started."""
 
 
 class GateStarted(DomainModel):

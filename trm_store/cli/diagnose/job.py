@@ -40,7 +40,7 @@ from trm_store.domain.diagnosis import (
     read_diagnoses,
     record_diagnosis,
 )
-from trm_store.domain.errors import DomainInputError
+from trm_store.domain.errors import DiagnoseInputError, DomainInputError
 
 if TYPE_CHECKING:
     from trm_store.store import Store
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_TEMPLATE",
     "DEFAULT_TIERS",
-    "DiagnoseInputError",
     "Item",
     "Parsed",
     "PromptTemplate",
@@ -78,10 +77,6 @@ _WORD = re.compile(r"[a-z0-9]+(?:[-_][a-z0-9]+)*")
 """A word of an answer, and the shape of a tier: `_` and `-` only inside (`_wrong_` is emphasis)."""
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _RESERVED_PLACEHOLDERS = frozenset({"question_id", "fields", "tiers"})
-
-
-class DiagnoseInputError(DomainInputError):
-    """The items file, the template or the tier list cannot be used; nothing was sent or written."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,213 @@
+"""The wiring of one demo epoch: the governed client, the two arms, the gate, and then the
+epoch's record in the workspace (runs, best on accept, the candidate's dual metric).
+
+Salts: the candidate asks with a fresh salt per epoch (given by `run_demo`), so every epoch
+re-samples it. The baseline asks with its snapshot as salt: it is a fixed reference, its unit
+outcomes live in the baseline cache, and a unit that must be evaluated again (INFRA last time, so
+never cached) replays the answers that did complete rather than mixing in new samples.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import make_url
+
+from trm_gate import INFRA_STOP_REASONS, Arm, Gate, GateResult
+from trm_llm import (
+    CircuitBreaker,
+    GovernedLLMClient,
+    RetryPolicy,
+    SqliteResponseCache,
+    StoreEventSink,
+)
+from trm_store.cli.demo.arms import BreakerWait, DemoArm, Requeue
+from trm_store.cli.demo.outcome import ArmSummary, DemoOptions, Endpoint
+from trm_store.cli.demo.pool import POOL_VERSION, demo_pool
+from trm_store.cli.demo.prompts import GRADER_VERSION, Prompt
+from trm_store.domain.metrics import write_dual_metric
+from trm_store.domain.run_log import RunLog
+from trm_store.domain.runs import read_predictions
+from trm_store.domain.workspace import record_run, update_best, update_manifest
+from trm_store.store import Store, default_url
+
+__all__ = ["DEMO_RETRY", "WORKSPACE", "EpochRun", "cache_path_for", "snapshot"]
+
+DEMO_RETRY = RetryPolicy(
+    max_attempts=6, base_delay_s=0.05, max_delay_s=0.5, deadline_s=30.0, retry_after_cap_s=2.0
+)
+"""Demo-sized retries: short backoff, so a run with injected faults still ends in seconds."""
+
+WORKSPACE = "trm-demo"
+BLOCK_SIZE = 12
+REQUEUE = Requeue(max_times=3, max_wait_s=5.0)
+CACHE_TTL_S = 7 * 86400
+
+
+def cache_path_for(store_url: str) -> Path:
+    """The response cache file: next to a SQLite store (`trm.db` -> `trm-cache.db`), else ./"""
+    url = make_url(store_url)
+    if url.get_backend_name() == "sqlite" and url.database:
+        path = Path(url.database).expanduser().resolve()
+        return path.with_name(f"{path.stem}-cache.db")
+    return Path("trm-cache.db").resolve()
+
+
+def snapshot(endpoint: Endpoint, prompt: Prompt, max_tokens: int) -> str:
+    """The baseline cache key: everything that decides an outcome (SPEC §3)."""
+    where = "sim" if endpoint.simulated else "ep-" + _digest(endpoint.base_url)
+    model = endpoint.model if len(endpoint.model) <= 80 else "m-" + _digest(endpoint.model)
+    return "|".join(
+        (model, where, prompt.version, POOL_VERSION, GRADER_VERSION, f"T0-mt{max_tokens}")
+    )
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+class EpochRun:
+    """The wiring of one epoch: client, arms and gate; then its record in the workspace."""
+
+    def __init__(
+        self,
+        store: Store,
+        options: DemoOptions,
+        endpoint: Endpoint,
+        prompts: tuple[Prompt, Prompt],
+        epoch: int,
+        gate_id: str,
+        candidate_salt: str,
+    ) -> None:
+        self.store, self.options, self.endpoint = store, options, endpoint
+        self.prompts = prompts
+        self.epoch, self.gate_id = epoch, gate_id
+        self.snapshots = (
+            snapshot(endpoint, prompts[0], options.max_tokens),
+            snapshot(endpoint, prompts[1], options.max_tokens),
+        )
+        self.salts = (f"baseline:{self.snapshots[0]}", candidate_salt)
+        self.runs = (f"{gate_id}-baseline", f"{gate_id}-candidate")
+        self.cache_path = cache_path_for(default_url(options.db))
+
+    def _client(self, breaker: CircuitBreaker, http: httpx.AsyncClient | None) -> GovernedLLMClient:
+        sink = StoreEventSink(self.store)
+        simulated = self.endpoint.simulated  # its stalls are short; a real model may think
+        return GovernedLLMClient(
+            self.endpoint.base_url,
+            self.endpoint.model,
+            api_key=self.options.api_key,
+            cache=SqliteResponseCache(self.cache_path, ttl_s=CACHE_TTL_S, sink=sink),
+            breaker=breaker,
+            retry=DEMO_RETRY,
+            sink=sink,
+            http=http,
+            first_token_timeout_s=0.8 if simulated else 60.0,
+            inter_token_timeout_s=0.5 if simulated else 30.0,
+        )
+
+    def _config(self, i: int) -> dict[str, Any]:
+        return {
+            "gate_id": self.gate_id,
+            "arm": ("baseline", "candidate")[i],
+            "snapshot": self.snapshots[i],
+            "prompt_version": self.prompts[i].version,
+            "cache_salt": self.salts[i],
+            "model": self.endpoint.model,
+            "simulated": self.endpoint.simulated,
+            "epoch": self.epoch,
+            "workspace": WORKSPACE,
+        }
+
+    async def run(
+        self, on_answer: Callable[[], None], http: httpx.AsyncClient | None
+    ) -> tuple[GateResult, tuple[DemoArm, DemoArm]]:
+        """The gate over the whole pool; its result and the two arms (for their counters)."""
+        pool = demo_pool()
+        limiter = asyncio.Semaphore(self.options.concurrency)
+        params = {"temperature": 0, "max_tokens": self.options.max_tokens}
+        breaker = CircuitBreaker(fail_threshold=5, cooldown_s=1.0, probe_timeout_s=10.0)
+        wait = BreakerWait(breaker, self.endpoint.model, REQUEUE)
+        async with self._client(breaker, http) as client:
+            with (
+                RunLog(self.store, self.runs[0], config=self._config(0)) as base_log,
+                RunLog(self.store, self.runs[1], config=self._config(1)) as cand_log,
+            ):
+                arms = tuple(
+                    DemoArm(client, pool, prompt.text, salt, log, limiter, wait, params, on_answer)
+                    for prompt, salt, log in zip(
+                        self.prompts, self.salts, (base_log, cand_log), strict=True
+                    )
+                )
+                gate = Gate(self.store, alpha=0.05, beta=0.2, p1=0.6, block_size=BLOCK_SIZE)
+                result = await gate.run(
+                    self.gate_id,
+                    pool.units(),
+                    baseline=Arm(self.snapshots[0], arms[0].evaluate),
+                    candidate=Arm(self.snapshots[1], arms[1].evaluate),
+                    seed=self.options.seed,
+                )
+        return result, (arms[0], arms[1])
+
+    def summary(self, i: int, arm: DemoArm) -> ArmSummary:
+        return ArmSummary(
+            run_id=self.runs[i],
+            prompt=self.prompts[i],
+            snapshot=self.snapshots[i],
+            salt=self.salts[i],
+            units=list(arm.units),
+            questions=arm.asked,
+            stops=dict(arm.stops),
+            requeued=arm.requeued,
+            last_error=arm.last_error,
+        )
+
+    def record(self, result: GateResult) -> bool:
+        """The epoch in the workspace: both runs, the verdict, the best on accept, and the
+        candidate's accuracy as its dual metric; whether there was anything graded to measure."""
+        for i, run_id in enumerate(self.runs):
+            record_run(
+                self.store,
+                WORKSPACE,
+                run_id,
+                arm=("baseline", "candidate")[i],
+                epoch=self.epoch,
+                gate_id=self.gate_id,
+                snapshot=self.snapshots[i],
+            )
+        update_manifest(self.store, WORKSPACE, last_verdict=result.verdict)
+        cand = self.prompts[1]
+        if result.verdict == "accept":
+            update_best(
+                self.store,
+                WORKSPACE,
+                run_id=self.runs[1],
+                epoch=self.epoch,
+                gate_id=self.gate_id,
+                prompts_version=cand.version,
+                prompt=cand.text,
+                e_value=result.e_value,
+            )
+        graded = [
+            p
+            for p in read_predictions(self.store, self.runs[1])
+            if p["stop_reason"] not in INFRA_STOP_REASONS
+        ]
+        if not graded:
+            return False
+        write_dual_metric(
+            self.store,
+            run_id=self.runs[1],
+            epoch=self.epoch,
+            version_kind="final",
+            skills_version="none",
+            prompts_version=cand.version,
+            pool=POOL_VERSION,
+            hard_acc=sum(bool(p["correct"]) for p in graded) / len(graded),
+        )
+        return True
