@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             print("trm demo: interrupted (the runs are marked failed)", file=sys.stderr)
             return 130
     if args.json:
-        print(json.dumps(summary(outcome), indent=2))
+        print(json.dumps(summary(outcome), indent=2, allow_nan=False))
     else:
         print_report(report_console(), outcome)
     return 1 if outcome.result.verdict == "infra_abort" else 0
