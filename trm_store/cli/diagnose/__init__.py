@@ -1,8 +1,16 @@
 """`trm diagnose`: label a run's items with an LLM, one `question_diagnosed` event per label.
 
-The job itself is `trm_store.cli.diagnose.job`; this module parses arguments, builds the governed
-client from `LLMSettings` (env / `.env`, overridden by --base-url / --model) and reports. trm_llm
-is imported inside functions only, so the other `trm` commands never load it.
+This module is the command: it parses arguments, reads the settings (`LLMSettings` from env /
+`.env`, overridden by --base-url / --model) and reports. The package's other modules, one job each:
+
+- `inputs`: the items file (JSONL), checked whole;
+- `template`: the prompt template, rendered per item;
+- `tiers`: the tier list, and the tier read from an answer;
+- `client`: the governed client the settings describe;
+- `job`: the labelling job, resumable after a crash.
+
+`job` and `client` (and so trm_llm) are imported when the command runs, so the other `trm`
+commands never load them.
 """
 
 from __future__ import annotations
@@ -11,24 +19,24 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from trm_store.cli.common import int_in_range, progress_bar, report_console
+from trm_store.cli.common import counts_text, int_in_range, progress_bar, report_console
+from trm_store.cli.diagnose.inputs import load_items
+from trm_store.cli.diagnose.template import PromptTemplate
+from trm_store.cli.diagnose.tiers import parse_tiers
 from trm_store.domain._common import check_id
 from trm_store.store import open_store
 
 if TYPE_CHECKING:
-    from trm_llm import GovernedLLMClient, LLMSettings
-    from trm_llm.protocols import EventSink
+    from trm_llm import LLMSettings
     from trm_store.cli.diagnose.job import Summary, TallyingSink
 
-__all__ = ["add_parser", "governed_client", "run"]
+__all__ = ["add_parser", "run"]
 
 
 def add_parser(commands: Any) -> None:
@@ -73,12 +81,13 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from trm_llm import LLMSettingsError, StoreEventSink
     from trm_store.cli.diagnose import job
+    from trm_store.cli.diagnose.client import governed_client
 
     # Everything is checked before the store is opened: bad input writes nothing.
     check_id("run_id", args.run_id)
-    tiers = job.parse_tiers(args.tiers)
-    template = job.PromptTemplate.load(args.template, tiers)
-    items = job.load_items(args.items)
+    tiers = parse_tiers(args.tiers)
+    template = PromptTemplate.load(args.template, tiers)
+    items = load_items(args.items)
     template.check(items)
     try:
         settings = _settings(args.base_url, args.model)
@@ -122,68 +131,6 @@ def _settings(base_url: str | None, model: str | None) -> LLMSettings:
     return LLMSettings(**{k: v for k, v in overrides.items() if v is not None})
 
 
-@asynccontextmanager
-async def governed_client(
-    settings: LLMSettings, sink: EventSink | None
-) -> AsyncIterator[GovernedLLMClient]:
-    """The client `settings` describe (cache, breaker, retries), closed with what it opened."""
-    import redis
-    import redis.asyncio
-
-    from trm_llm import (
-        CircuitBreaker,
-        GovernedLLMClient,
-        RedisResponseCache,
-        RetryPolicy,
-        SqliteResponseCache,
-    )
-    from trm_llm.cache import ResponseCache
-
-    async with AsyncExitStack() as stack:
-        cache: ResponseCache | None = None
-        ttl, namespace = settings.redis_cache_ttl, settings.llm_cache_namespace
-        if settings.llm_cache_backend == "sqlite":
-            path = settings.llm_cache_sqlite_path
-            cache = SqliteResponseCache(path, ttl_s=ttl, namespace=namespace, sink=sink)
-        elif settings.llm_cache_backend == "redis":
-            async_redis = redis.asyncio.Redis.from_url(str(settings.redis_url))
-            stack.push_async_callback(async_redis.aclose)
-            cache = RedisResponseCache(async_redis, ttl_s=ttl, namespace=namespace, sink=sink)
-        shared = None
-        if settings.llm_breaker_shared:
-            shared = redis.Redis.from_url(str(settings.redis_url))
-            stack.callback(shared.close)
-        breaker = CircuitBreaker(
-            settings.llm_breaker_fail_threshold,
-            settings.llm_breaker_cooldown_s,
-            settings.llm_breaker_probe_timeout_s,
-            redis_client=shared,
-        )
-        retry = RetryPolicy(
-            max_attempts=settings.llm_max_attempts,
-            base_delay_s=settings.llm_base_delay_s,
-            max_delay_s=settings.llm_max_delay_s,
-            deadline_s=settings.llm_deadline_s,
-            retry_after_cap_s=settings.llm_retry_after_cap_s,
-        )
-        client = GovernedLLMClient(
-            settings.llm_base_url,
-            settings.llm_model,
-            api_key=settings.llm_api_key,
-            cache=cache,
-            breaker=breaker,
-            retry=retry,
-            sink=sink,
-            profile=settings.llm_profile,
-            source=settings.llm_source,
-            cache_length=settings.llm_cache_length,
-            first_token_timeout_s=settings.llm_first_token_timeout_s,
-            inter_token_timeout_s=settings.llm_inter_token_timeout_s,
-        )
-        stack.push_async_callback(client.aclose)
-        yield client
-
-
 def _report(summary: Summary, sink: TallyingSink, url: str, *, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"store": url, **summary.as_dict(), "llm": sink.as_dict()}))
@@ -194,10 +141,6 @@ def _report(summary: Summary, sink: TallyingSink, url: str, *, as_json: bool) ->
     if summary.fatal:
         return 2
     return 1 if summary.failed or summary.not_started else 0
-
-
-def _counts(counter: Mapping[str, int]) -> str:
-    return ", ".join(f"{name} {n}" for name, n in sorted(counter.items()))
 
 
 def _print(console: Console, summary: Summary, sink: TallyingSink, url: str) -> None:
@@ -214,15 +157,16 @@ def _print(console: Console, summary: Summary, sink: TallyingSink, url: str) -> 
         console.print(table)
     if summary.unparsed:
         console.print(
-            f"recorded as uncertain, the answer naming no single tier: {_counts(summary.unparsed)}"
+            "recorded as uncertain, the answer naming no single tier: "
+            + counts_text(summary.unparsed)
         )
     line = f"LLM: {sink.calls} calls, {sink.cache_hits} cache hits, {sink.retries} retries"
     if sink.failed_attempts:
-        line += f"; failed attempts: {_counts(sink.failed_attempts)}"
+        line += f"; failed attempts: {counts_text(sink.failed_attempts)}"
     console.print(line)
     if summary.failed or summary.not_started:
         console.print(
             f"[yellow]not diagnosed[/]: {sum(summary.failed.values())} failed "
-            f"({_counts(summary.failed)}), {summary.not_started} not started; nothing was "
+            f"({counts_text(summary.failed)}), {summary.not_started} not started; nothing was "
             "recorded for them: run again"
         )

@@ -1,10 +1,10 @@
 """The labelling job behind `trm diagnose`: one LLM verdict per item, one event per verdict.
 
-Input is checked whole before anything is sent or written (`load_items`, `parse_tiers`,
-`PromptTemplate.check`). Then each item not yet done (`done_question_ids`) is rendered into a
-prompt, sent through the governed client and its answer parsed into a tier, which is recorded
-(`record_diagnosis`) the moment it is known: a crash loses at most the calls in flight, and a
-rerun resumes where the log ends.
+Input is checked whole before anything is sent or written (`inputs.load_items`,
+`tiers.parse_tiers`, `template.PromptTemplate.check`). Then each item not yet done
+(`done_question_ids`) is rendered into a prompt, sent through the governed client and its answer
+parsed into a tier (`tiers.parse_tier`), which is recorded (`record_diagnosis`) the moment it is
+known: a crash loses at most the calls in flight, and a rerun resumes where the log ends.
 
 Decisions a user should know:
 - An answer with no recognisable tier, or naming two, is recorded as `uncertain`, with
@@ -23,204 +23,27 @@ Decisions a user should know:
 from __future__ import annotations
 
 import asyncio
-import json
-import re
-import string
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trm_llm import CircuitOpenError, EventSink, FatalLLMError, LLMError, LLMProvider
+from trm_store.cli.diagnose.inputs import Item
+from trm_store.cli.diagnose.template import PromptTemplate
+from trm_store.cli.diagnose.tiers import parse_tier
 from trm_store.domain._common import check_id, check_int
-from trm_store.domain.diagnosis import (
-    UNCERTAIN,
-    done_question_ids,
-    read_diagnoses,
-    record_diagnosis,
-)
-from trm_store.domain.errors import DiagnoseInputError, DomainInputError
+from trm_store.domain.diagnosis import done_question_ids, read_diagnoses, record_diagnosis
 
 if TYPE_CHECKING:
     from trm_store.store import Store
 
-__all__ = [
-    "DEFAULT_TEMPLATE",
-    "DEFAULT_TIERS",
-    "Item",
-    "Parsed",
-    "PromptTemplate",
-    "Summary",
-    "TallyingSink",
-    "diagnose",
-    "load_items",
-    "parse_tier",
-    "parse_tiers",
-]
+__all__ = ["ANSWER_KEPT", "PER_ITEM_STATUSES", "Summary", "TallyingSink", "diagnose"]
 
-DEFAULT_TIERS = ("correct", "wrong", UNCERTAIN)
-DEFAULT_TEMPLATE = """\
-Judge whether the model's answer in the item below is right.
-
-$fields
-
-Reply with exactly one word, one of: $tiers.
-Say "uncertain" if the item does not let you tell.
-"""
 PER_ITEM_STATUSES = frozenset({400, 413, 422})
 """Fatal statuses that may be about one request (a prompt too long), not the endpoint."""
 ANSWER_KEPT = 500
 """Characters of the answer kept in a diagnosis's detail."""
-
-_WORD = re.compile(r"[a-z0-9]+(?:[-_][a-z0-9]+)*")
-"""A word of an answer, and the shape of a tier: `_` and `-` only inside (`_wrong_` is emphasis)."""
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
-_RESERVED_PLACEHOLDERS = frozenset({"question_id", "fields", "tiers"})
-
-
-@dataclass(frozen=True, slots=True)
-class Item:
-    """One line of the items file: its question id and every other field."""
-
-    question_id: str
-    fields: dict[str, Any]
-
-
-# -- input ----------------------------------------------------------------------------------------
-
-
-def _refuse_constant(name: str) -> float:
-    raise ValueError(f"{name} is not JSON")
-
-
-def load_items(path: Path) -> list[Item]:
-    """Every item of a JSONL file; DiagnoseInputError naming the line for a bad or duplicate one."""
-    items: list[Item] = []
-    first_seen: dict[str, int] = {}
-    try:
-        with path.open(encoding="utf-8") as lines:
-            for number, line in enumerate(lines, 1):
-                if line.strip():
-                    item = _item(line, f"{path}:{number}")
-                    if item.question_id in first_seen:
-                        raise DiagnoseInputError(
-                            f"{path}:{number}: duplicate question_id {item.question_id!r} "
-                            f"(first on line {first_seen[item.question_id]})"
-                        )
-                    first_seen[item.question_id] = number
-                    items.append(item)
-    except FileNotFoundError as e:
-        raise DiagnoseInputError(f"items file {str(path)!r} does not exist") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise DiagnoseInputError(f"cannot read items file {str(path)!r}: {e}") from e
-    if not items:
-        raise DiagnoseInputError(f"items file {str(path)!r} holds no items")
-    return items
-
-
-def _item(line: str, where: str) -> Item:
-    try:
-        value = json.loads(line, parse_constant=_refuse_constant)
-    except ValueError as e:
-        raise DiagnoseInputError(f"{where}: not valid JSON ({e})") from e
-    if not isinstance(value, dict) or "question_id" not in value:
-        raise DiagnoseInputError(f"{where}: an item must be a JSON object with a question_id")
-    fields = dict(value)
-    question_id = fields.pop("question_id")
-    try:
-        check_id("question_id", question_id)
-    except DomainInputError as e:
-        raise DiagnoseInputError(f"{where}: {e}") from e
-    return Item(question_id, fields)
-
-
-def parse_tiers(text: str) -> tuple[str, ...]:
-    """A comma-separated tier list: two or more distinct lower-case words, `uncertain` included."""
-    tiers = tuple(t.strip() for t in text.split(","))
-    bad = [t for t in tiers if not _WORD.fullmatch(t) or len(t) > 64]
-    if bad:
-        raise DiagnoseInputError(
-            f"tiers must be lower-case words of a-z, 0-9 and inner _ or - (at most 64 "
-            f"characters), got {bad}"
-        )
-    if len(set(tiers)) != len(tiers) or len(tiers) < 2 or UNCERTAIN not in tiers:
-        raise DiagnoseInputError(
-            f"tiers must be at least two distinct names including {UNCERTAIN!r}, got {list(tiers)}"
-        )
-    return tiers
-
-
-class PromptTemplate:
-    """A `string.Template`: `$question_id`, `$fields` (every other field, one `name: value` line
-    each), `$tiers` (the allowed answers), and `$name` for any item field."""
-
-    def __init__(self, text: str, tiers: Sequence[str]) -> None:
-        self._template = string.Template(text)
-        if not text.strip() or not self._template.is_valid():
-            raise DiagnoseInputError(
-                "the template must be non-empty and use $name / ${name} placeholders "
-                "(write $$ for a literal $)"
-            )
-        self.tiers = tuple(tiers)
-        self.fields = frozenset(self._template.get_identifiers()) - _RESERVED_PLACEHOLDERS
-
-    @classmethod
-    def load(cls, path: Path | None, tiers: Sequence[str]) -> PromptTemplate:
-        """The template in `path`, or the default one."""
-        if path is None:
-            return cls(DEFAULT_TEMPLATE, tiers)
-        try:
-            return cls(path.read_text(encoding="utf-8"), tiers)
-        except (OSError, UnicodeDecodeError) as e:
-            raise DiagnoseInputError(f"cannot read template {str(path)!r}: {e}") from e
-
-    def check(self, items: Iterable[Item]) -> None:
-        """Every item has every field the template names (checked before anything is sent)."""
-        for item in items:
-            missing = sorted(self.fields - item.fields.keys())
-            if missing:
-                raise DiagnoseInputError(
-                    f"item {item.question_id!r} lacks field(s) {missing} used by the template"
-                )
-
-    def render(self, item: Item) -> str:
-        """The prompt for one item."""
-        values = {name: _text(value) for name, value in item.fields.items()}
-        lines = "\n".join(f"{name}: {text}" for name, text in values.items())
-        return self._template.substitute(
-            values, question_id=item.question_id, fields=lines, tiers=", ".join(self.tiers)
-        )
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-# -- parsing the answer ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Parsed:
-    """The tier read from an answer and how: `first_word`, `only_tier`, `ambiguous` (several
-    tiers named) or `unparseable` (none); the last two give `uncertain`."""
-
-    tier: str
-    how: str
-
-
-def parse_tier(answer: str, tiers: Sequence[str]) -> Parsed:
-    """The answer's tier: its first word if that is a tier, else the one tier it names."""
-    words = _WORD.findall(_THINK.sub(" ", answer).lower())
-    if words and words[0] in tiers:
-        return Parsed(words[0], "first_word")
-    named = {w for w in words if w in tiers}
-    if len(named) == 1:
-        return Parsed(named.pop(), "only_tier")
-    return Parsed(UNCERTAIN, "ambiguous" if named else "unparseable")
-
-
-# -- the job ---------------------------------------------------------------------------------------
 
 
 class TallyingSink:
