@@ -7,10 +7,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from operator import itemgetter
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from sqlalchemy import Connection, Table, and_, bindparam, update
+from sqlalchemy import Connection, Row, Table, and_, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.elements import ClauseElement
@@ -18,6 +18,9 @@ from sqlalchemy.sql.elements import ClauseElement
 from trm_store.domain.errors import DomainInputError
 from trm_store.driver import DriverSql, bind_processor, execute_many
 from trm_store.vocabulary import id_problem
+
+if TYPE_CHECKING:
+    from trm_store.store import Store
 
 __all__ = [
     "ID_MAX",
@@ -27,6 +30,7 @@ __all__ = [
     "check_finite",
     "check_id",
     "check_int",
+    "row_by_key",
     "stream_id",
     "update_rows",
     "upsert",
@@ -95,6 +99,15 @@ def check_finite(name: str, value: object) -> float:
 def as_utc(value: datetime) -> datetime:
     """A datetime read back from either backend as an aware UTC datetime."""
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def row_by_key(
+    store: Store, projection: str, table: str, column: str, value: str
+) -> Row[Any] | None:
+    """The row of `projection`'s `table` whose `column` is `value`, or None."""
+    with store.query(projection) as (conn, tables):
+        t = tables[table]
+        return conn.execute(select(t).where(t.c[column] == value)).first()
 
 
 def upsert(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from trm_store.domain._common import as_utc, check_id, check_int
+from trm_store.domain._common import as_utc, check_id, check_int, row_by_key
 from trm_store.domain.errors import UnknownCallError
 from trm_store.domain.llm_calls.projection import PROJECTION
 
@@ -38,10 +38,7 @@ def llm_calls(store: Store, *, source: str | None = None, after: int = 0) -> lis
 
 def llm_call(store: Store, call_id: str) -> dict[str, Any]:
     """One call's row; `UnknownCallError` if it was never recorded."""
-    check_id("call_id", call_id)
-    with store.query(PROJECTION) as (conn, tables):
-        calls = tables["calls"]
-        row = conn.execute(select(calls).where(calls.c.call_id == call_id)).first()
+    row = row_by_key(store, PROJECTION, "calls", "call_id", check_id("call_id", call_id))
     if row is None:
         raise UnknownCallError(f"no LLM call {call_id!r} was recorded")
     return {**row._mapping, "recorded_at": as_utc(row.recorded_at)}
