@@ -1,4 +1,20 @@
-"""The `trm` command line: one subcommand per operator task, each in its own module."""
+"""The `trm` command line, and the one composition root: the only place that wires trm_store,
+trm_llm and trm_gate together (nothing outside `trm_store/cli/` imports those two, or this).
+
+One module per command, holding its arguments and its rendering; what it shows comes from the
+domain's queries (`trm_store.domain`):
+
+- `runs`: `trm runs` (`list_runs`, `mark_stale_runs`);
+- `gate_report`: `trm gate-report` (`read_gate_report`; e-values by `trm_gate`'s conversion);
+- `llm_stats`: `trm llm-stats` (`llm_stats`);
+- `replay`: `trm replay-projections`;
+- `demo`: `trm demo`, the package of the demo's parts (see its docstring);
+- `diagnose`: `trm diagnose`, the package of the labelling job (see its docstring);
+- `common`: what they share (console, progress bar, argument types, counts, JSON e-values).
+
+A new command is a new module here with `add_parser(commands)` (which sets `run`), listed in
+`build_parser`.
+"""
 
 from __future__ import annotations
 
