@@ -30,11 +30,13 @@ from trm_store.cli.diagnose.inputs import load_items
 from trm_store.cli.diagnose.template import PromptTemplate
 from trm_store.cli.diagnose.tiers import parse_tiers
 from trm_store.domain._common import check_id
+from trm_store.domain.llm_calls import llm_stats
 from trm_store.store import open_store
 
 if TYPE_CHECKING:
     from trm_llm import LLMSettings
-    from trm_store.cli.diagnose.job import Summary, TallyingSink
+    from trm_store.cli.diagnose.job import Summary
+    from trm_store.store import Store
 
 __all__ = ["add_parser", "run"]
 
@@ -102,13 +104,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     console = Console(stderr=True)
     with open_store(args.db) as store:
-        sink = job.TallyingSink(StoreEventSink(store))
+        sink, start = StoreEventSink(store), store.head_position()
         with progress_bar(console, transient=args.json) as progress:
             task = progress.add_task(f"diagnosing {args.run_id}", total=None)
 
-            async def main() -> Summary:
+            async def main() -> tuple[Summary, str]:
                 async with governed_client(settings, sink) as client:
-                    return await job.diagnose(
+                    done = await job.diagnose(
                         store,
                         client,
                         items,
@@ -119,9 +121,11 @@ def run(args: argparse.Namespace) -> int:
                         on_item=lambda: progress.advance(task),
                         on_start=lambda todo: progress.update(task, total=todo),
                     )
+                    return done, client.source
 
-            summary = asyncio.run(main())
-        return _report(summary, sink, store.url, as_json=args.json)
+            summary, source = asyncio.run(main())
+        calls = _calls_since(store, source, start)
+        return _report(summary, calls, store.url, as_json=args.json)
 
 
 def _settings(base_url: str | None, model: str | None) -> LLMSettings:
@@ -131,11 +135,23 @@ def _settings(base_url: str | None, model: str | None) -> LLMSettings:
     return LLMSettings(**{k: v for k, v in overrides.items() if v is not None})
 
 
-def _report(summary: Summary, sink: TallyingSink, url: str, *, as_json: bool) -> int:
+def _calls_since(store: Store, source: str, start: int) -> dict[str, Any]:
+    """The calls the job's source recorded while it ran, as `llm_stats` counts them (a process
+    calling through the same source at the same time would be counted too)."""
+    stats = llm_stats(store, after=start).get(source)
+    return {
+        "calls": 0 if stats is None else stats["calls"],
+        "cache_hits": 0 if stats is None else stats["cache_hits"],
+        "retries": 0 if stats is None else stats["retries"],
+        "failed_attempts_by_reason": {} if stats is None else stats["attempt_reasons"],
+    }
+
+
+def _report(summary: Summary, calls: dict[str, Any], url: str, *, as_json: bool) -> int:
     if as_json:
-        print(json.dumps({"store": url, **summary.as_dict(), "llm": sink.as_dict()}))
+        print(json.dumps({"store": url, **summary.as_dict(), "llm": calls}))
     else:
-        _print(report_console(), summary, sink, url)
+        _print(report_console(), summary, calls, url)
     if summary.stopped is not None:
         print(f"trm: stopped early: {summary.stopped}", file=sys.stderr)
     if summary.fatal:
@@ -143,7 +159,7 @@ def _report(summary: Summary, sink: TallyingSink, url: str, *, as_json: bool) ->
     return 1 if summary.failed or summary.not_started else 0
 
 
-def _print(console: Console, summary: Summary, sink: TallyingSink, url: str) -> None:
+def _print(console: Console, summary: Summary, calls: dict[str, Any], url: str) -> None:
     console.print(
         f"[bold]run {summary.run_id}[/]: {summary.items} items, {summary.skipped_done} skipped "
         f"as done, {summary.diagnosed} diagnosed now  ({url})"
@@ -160,9 +176,11 @@ def _print(console: Console, summary: Summary, sink: TallyingSink, url: str) -> 
             "recorded as uncertain, the answer naming no single tier: "
             + counts_text(summary.unparsed)
         )
-    line = f"LLM: {sink.calls} calls, {sink.cache_hits} cache hits, {sink.retries} retries"
-    if sink.failed_attempts:
-        line += f"; failed attempts: {counts_text(sink.failed_attempts)}"
+    line = (
+        f"LLM: {calls['calls']} calls, {calls['cache_hits']} cache hits, {calls['retries']} retries"
+    )
+    if calls["failed_attempts_by_reason"]:
+        line += f"; failed attempts: {counts_text(calls['failed_attempts_by_reason'])}"
     console.print(line)
     if summary.failed or summary.not_started:
         console.print(

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trm_llm import CircuitOpenError, EventSink, FatalLLMError, LLMError, LLMProvider
+from trm_llm import CircuitOpenError, FatalLLMError, LLMError, LLMProvider
 from trm_store.cli.diagnose.inputs import Item
 from trm_store.cli.diagnose.template import PromptTemplate
 from trm_store.cli.diagnose.tiers import parse_tier
@@ -38,44 +38,12 @@ from trm_store.domain.diagnosis import done_question_ids, read_diagnoses, record
 if TYPE_CHECKING:
     from trm_store.store import Store
 
-__all__ = ["ANSWER_KEPT", "PER_ITEM_STATUSES", "Summary", "TallyingSink", "diagnose"]
+__all__ = ["ANSWER_KEPT", "PER_ITEM_STATUSES", "Summary", "diagnose"]
 
 PER_ITEM_STATUSES = frozenset({400, 413, 422})
 """Fatal statuses that may be about one request (a prompt too long), not the endpoint."""
 ANSWER_KEPT = 500
 """Characters of the answer kept in a diagnosis's detail."""
-
-
-class TallyingSink:
-    """Forwards the client's events and counts this job's calls, cache hits, retries (requests
-    sent after a call's first) and failed attempts by reason, as `trm llm-stats` counts them."""
-
-    def __init__(self, inner: EventSink | None) -> None:
-        self._inner = inner
-        self.calls = 0
-        self.cache_hits = 0
-        self.retries = 0
-        self.failed_attempts: Counter[str] = Counter()
-
-    def emit(self, source: str, event_type: str, data: Mapping[str, Any]) -> None:
-        if event_type in ("call_completed", "call_failed"):
-            attempts = data.get("attempts", ())
-            self.calls += 1
-            self.cache_hits += data.get("cache") == "hit"
-            self.retries += max(len(attempts) - 1, 0)
-            self.failed_attempts.update(
-                str(a.get("reason")) for a in attempts if a.get("outcome") != "ok"
-            )
-        if self._inner is not None:
-            self._inner.emit(source, event_type, data)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "calls": self.calls,
-            "cache_hits": self.cache_hits,
-            "retries": self.retries,
-            "failed_attempts_by_reason": dict(self.failed_attempts),
-        }
 
 
 @dataclass
