@@ -33,6 +33,10 @@ def test_spec_signatures() -> None:
         "max_pairs",
         "infra_max_rate",
         "infra_min_units",
+        "infra_policy",
+        "infra_reasons",
+        "infra_margin",
+        "infra_alpha",
     ]
     defaults = {k: p.default for k, p in gate.parameters.items() if k != "store"}
     assert defaults == {
@@ -43,6 +47,10 @@ def test_spec_signatures() -> None:
         "max_pairs": None,
         "infra_max_rate": 0.2,
         "infra_min_units": 10,
+        "infra_policy": "bounded",
+        "infra_reasons": frozenset({"error", "parse_error"}),
+        "infra_margin": 0.0,
+        "infra_alpha": 0.05,
     }
     run = inspect.signature(trm_gate.Gate.run)
     assert list(run.parameters)[:5] == ["self", "gate_id", "unit_ids", "baseline", "candidate"]
