@@ -192,9 +192,8 @@ class Gate:
             for u in block_ids
             if (o := self._cache.get(baseline.snapshot, u))
         }
-        hits = {
-            u: o for u, o in cached.items() if not o.infra
-        }  # INFRA under this gate's reasons: a miss
+        # A cached unit that is INFRA under this gate's reasons is evaluated again, like a miss.
+        hits = {u: o for u, o in cached.items() if not o.infra}
         misses = [u for u in block_ids if u not in hits]
         base_results, cand_results = await _both(
             _evaluate(baseline, misses), _evaluate(candidate, block_ids)
