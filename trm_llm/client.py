@@ -20,7 +20,7 @@ from pydantic import SecretStr
 
 from trm_llm.breaker import CircuitBreaker
 from trm_llm.cache import ResponseCache
-from trm_llm.errors import LLMError, SseAnomaly
+from trm_llm.errors import LLMConfigError, LLMError, SseAnomaly
 from trm_llm.governor import Governor
 from trm_llm.protocols import ChatResult, EventSink
 from trm_llm.retry import RetryPolicy
@@ -57,9 +57,9 @@ class GovernedLLMClient:
         rand: Callable[[], float] = random.random,
     ) -> None:
         if not model:
-            raise ValueError("model must be a non-empty string")
+            raise LLMConfigError("model must be a non-empty string")
         if not first_token_timeout_s > 0 or not inter_token_timeout_s > 0:
-            raise ValueError("first_token_timeout_s and inter_token_timeout_s must be > 0")
+            raise LLMConfigError("first_token_timeout_s and inter_token_timeout_s must be > 0")
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.source = source or model
@@ -121,7 +121,7 @@ class GovernedLLMClient:
         """One completion; raises an `LLMError` subclass unless a complete answer came back."""
         reserved = _RESERVED.intersection(params)
         if reserved:
-            raise ValueError(f"{sorted(reserved)} cannot be passed as params")
+            raise LLMConfigError(f"{sorted(reserved)} cannot be passed as params")
         return await self._governor.run(messages, params, parent_call_id, cache_salt)
 
     def _redact(self, text: str) -> str:

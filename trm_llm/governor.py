@@ -234,17 +234,7 @@ class _Call:
     def _hit(self, hit: CachedResponse) -> ChatResult:
         self.base["cache"] = "hit"
         self._completed(hit.finish_reason, hit.usage, None, None, None)
-        return ChatResult(
-            content=hit.content,
-            reasoning=hit.reasoning,
-            finish_reason=hit.finish_reason,
-            usage=hit.usage,
-            cached=True,
-            attempts=0,
-            call_id=self.call_id,
-            ttft_ms=None,
-            max_inter_token_ms=None,
-        )
+        return self._result(hit, None)
 
     async def _complete(
         self, result: StreamResult, timing: StreamTiming, key: str | None
@@ -266,16 +256,22 @@ class _Call:
         self._completed(
             result.finish_reason, result.usage, timing.ttft_ms, timing.max_gap_ms, cache_write
         )
+        return self._result(result, timing)
+
+    def _result(
+        self, answer: StreamResult | CachedResponse, timing: StreamTiming | None
+    ) -> ChatResult:
+        """What `chat()` returns; no timing means a cache hit."""
         return ChatResult(
-            content=result.content,
-            reasoning=result.reasoning,
-            finish_reason=result.finish_reason,
-            usage=result.usage,
-            cached=False,
-            attempts=len(self.attempts),
+            content=answer.content,
+            reasoning=answer.reasoning,
+            finish_reason=answer.finish_reason,
+            usage=answer.usage,
+            cached=timing is None,
+            attempts=0 if timing is None else len(self.attempts),
             call_id=self.call_id,
-            ttft_ms=timing.ttft_ms,
-            max_inter_token_ms=timing.max_gap_ms,
+            ttft_ms=None if timing is None else timing.ttft_ms,
+            max_inter_token_ms=None if timing is None else timing.max_gap_ms,
         )
 
     def _completed(

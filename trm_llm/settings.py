@@ -29,19 +29,12 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from trm_llm.cache import check_namespace
+from trm_llm.errors import CacheTTLError, LLMSettingsError
 from trm_llm.sse import PROFILES
 
 __all__ = ["CacheTTLError", "LLMSettings", "LLMSettingsError", "resolve_cache_ttl"]
 
 _OWN_PREFIXES = ("llm_", "redis_")
-
-
-class CacheTTLError(ValueError):
-    """The cache TTL is not a positive integer number of seconds."""
-
-
-class LLMSettingsError(ValueError):
-    """Settings refused at start-up; the message names each bad variable, never echoes a value."""
 
 
 def resolve_cache_ttl(ttl: object) -> int:

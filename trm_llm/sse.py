@@ -18,9 +18,10 @@ from typing import Any
 
 from httpx_sse import ServerSentEvent
 
-from trm_llm.errors import SseAnomaly
+from trm_llm.errors import LLMConfigError, SseAnomaly
 
 __all__ = [
+    "ERROR_FINISHES",
     "PROFILES",
     "SseDecoder",
     "SseProfile",
@@ -31,7 +32,8 @@ __all__ = [
 ]
 
 DONE = "[DONE]"
-_ERROR_FINISHES = frozenset({"error", "abort"})
+ERROR_FINISHES = frozenset({"error", "abort"})
+"""Finish reasons that mark a failed answer: never complete, never cached, never served."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ def get_profile(name: str) -> SseProfile:
     try:
         return PROFILES[name]
     except KeyError:
-        raise ValueError(f"unknown SSE profile {name!r}; known: {sorted(PROFILES)}") from None
+        raise LLMConfigError(f"unknown SSE profile {name!r}; known: {sorted(PROFILES)}") from None
 
 
 @dataclass(frozen=True)
@@ -200,7 +202,7 @@ class StreamAccumulator:
             self._finish.setdefault(index, None)
         elif not isinstance(finish, str):
             raise SseAnomaly("malformed_json", "finish_reason is not a string")
-        elif finish in _ERROR_FINISHES:
+        elif finish in ERROR_FINISHES:
             raise SseAnomaly("error_payload", f"finish_reason {finish}")
         else:
             self._finish[index] = finish

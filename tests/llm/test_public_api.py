@@ -5,43 +5,48 @@ from __future__ import annotations
 import inspect
 
 import trm_llm
+import trm_llm.cache
+import trm_llm.settings
 from trm_llm import CircuitBreaker, GovernedLLMClient, RetryPolicy
-from trm_llm.errors import CircuitOpenError, FatalLLMError, LLMError, RetriesExhausted, SseAnomaly
+from trm_llm.errors import (
+    APIKeyError,
+    CacheKeyError,
+    CacheTTLError,
+    CircuitOpenError,
+    CorruptEntryError,
+    FatalLLMError,
+    LLMConfigError,
+    LLMError,
+    LLMSettingsError,
+    RetriesExhausted,
+    SseAnomaly,
+)
 
 
-def test_exported_names() -> None:
-    assert set(trm_llm.__all__) == {
-        "CacheKeyError",
-        "CacheTTLError",
-        "CachedResponse",
-        "ChatResult",
-        "CircuitBreaker",
-        "CircuitOpenError",
-        "EventSink",
-        "FatalLLMError",
-        "GovernedLLMClient",
-        "LLMError",
-        "LLMProvider",
-        "LLMSettings",
-        "LLMSettingsError",
-        "RedisResponseCache",
-        "ResponseCache",
-        "RetriesExhausted",
-        "RetryPolicy",
-        "SqliteResponseCache",
-        "SseAnomaly",
-        "StoreEventSink",
-        "VisionLLMClient",
-        "build_cache_key",
-        "is_transient_error",
-        "resolve_cache_ttl",
+def test_exported_names_are_exactly_the_public_names() -> None:
+    public = {
+        name
+        for name, value in vars(trm_llm).items()
+        if not name.startswith("_") and not inspect.ismodule(value)
     }
-    assert all(hasattr(trm_llm, name) for name in trm_llm.__all__)
+    assert sorted(trm_llm.__all__) == sorted(public)
+    assert len(trm_llm.__all__) == len(set(trm_llm.__all__))
 
 
 def test_error_tree() -> None:
     for cls in (SseAnomaly, FatalLLMError, CircuitOpenError, RetriesExhausted):
         assert issubclass(cls, LLMError)
+    # Issue 13: every public exception sits in the tree; the old ValueErrors stay ValueErrors.
+    errors = [v for v in vars(trm_llm).values() if isinstance(v, type)]
+    errors = [v for v in errors if issubclass(v, BaseException)]
+    assert {e.__name__ for e in errors if not issubclass(e, LLMError)} == set()
+    for cls in (CacheTTLError, LLMSettingsError, CacheKeyError, APIKeyError, LLMConfigError):
+        assert issubclass(cls, LLMError) and issubclass(cls, ValueError)
+    assert issubclass(CorruptEntryError, LLMError)
+    assert trm_llm.cache.CacheKeyError is CacheKeyError  # the old import paths keep working
+    assert trm_llm.settings.CacheTTLError is CacheTTLError
+    assert trm_llm.settings.LLMSettingsError is LLMSettingsError
+    assert trm_llm.cache.CorruptEntryError is CorruptEntryError
     assert SseAnomaly("stall_first_token").reason == "stall_first_token"
     assert FatalLLMError("x", status=401).status == 401
     err = ValueError("inner")
