@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import httpx
 
+from trm_llm.api_key import scrub_exception
 from trm_llm.breaker import Admission, CircuitBreaker, Transition
 from trm_llm.cache import CachedResponse, ResponseCache
 from trm_llm.errors import CircuitOpenError, FatalLLMError, LLMError, RetriesExhausted, SseAnomaly
@@ -151,6 +152,7 @@ class _Call:
                 self._breaker_event(g.breaker.record_success(g.source) if g.breaker else None)
                 return await self._complete(result, timing, key)
         except BaseException as exc:  # cancelled, or a bug: still exactly one event per call
+            scrub_exception(exc, g.redact)
             if not self.reported:
                 cancelled = not isinstance(exc, Exception)
                 error = "cancelled" if cancelled else "unexpected"
