@@ -3,11 +3,14 @@
 Per call: cache lookup (a hit returns at once) -> breaker admission -> one streamed attempt ->
 on a transient failure tell the breaker, ask the `RetryPolicy`, sleep, try again; on a fatal
 one stop -> cache only a complete answer -> exactly one `call_completed` or `call_failed` event
-(payloads in `trm_llm.sink`). The retry deadline and the breaker read `clock`.
+(payloads in `trm_llm.sink`). The breaker and the retry policy's decisions read `clock`; the
+deadline is also enforced by an asyncio timeout around the whole call, so no server (one that
+drips empty events, or a token every few seconds) can hold a call past `deadline_s`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -102,6 +105,8 @@ class _Call:
         self.started = time.perf_counter()
         self.attempts: list[_Attempt] = []
         self.reported = False  # the call's one event has been sent
+        self.deadline = asyncio.timeout(governor.retry.deadline_s)
+        self.last_error: Exception | None = None
         self.base: dict[str, Any] = {
             "call_id": self.call_id,
             "parent_call_id": parent_call_id,
@@ -113,6 +118,17 @@ class _Call:
         }
 
     async def run(self) -> ChatResult:
+        """The governed call under one asyncio timeout of `deadline_s`: every cache operation,
+        attempt and backoff sleep, whatever the server sends."""
+        try:
+            async with self.deadline:
+                return await self._governed()
+        except TimeoutError:
+            if not self.deadline.expired():
+                raise
+            raise self._deadline_passed() from None
+
+    async def _governed(self) -> ChatResult:
         g = self.g
         key = None
         if g.cache is not None:
@@ -136,6 +152,7 @@ class _Call:
                 try:
                     result = await g.attempt(body, timing)
                 except Exception as exc:
+                    self.last_error = exc
                     attempt.latency_ms, attempt.status = _ms(t0), timing.status
                     attempt.reason, attempt.tokens_discarded = _reason(exc), timing.text_events
                     decision = self._judge(exc, admission, start_clock)
@@ -153,7 +170,7 @@ class _Call:
                 return await self._complete(result, timing, key)
         except BaseException as exc:  # cancelled, or a bug: still exactly one event per call
             scrub_exception(exc, g.redact)
-            if not self.reported:
+            if not self.reported and not self.deadline.expired():  # run() reports a deadline
                 cancelled = not isinstance(exc, Exception)
                 error = "cancelled" if cancelled else "unexpected"
                 reason = error if cancelled else type(exc).__name__
@@ -203,6 +220,17 @@ class _Call:
         else:
             return exc  # not ours to translate: run() reports it as "unexpected"
         return error
+
+    def _deadline_passed(self) -> LLMError:
+        """`deadline_s` passed mid-call (in an attempt, a backoff or a cache operation)."""
+        limit = self.g.retry.deadline_s
+        last = self.attempts[-1] if self.attempts else None
+        if last is not None and last.reason == "cancelled":  # the timeout cancelled it
+            last.reason = "deadline"
+        detail = f"the call's deadline of {limit}s passed after {len(self.attempts)} attempt(s)"
+        self._fail("retries_exhausted", "deadline", last.status if last else None, detail)
+        error = self.last_error or TimeoutError(detail)
+        return RetriesExhausted(error, attempts=len(self.attempts), why="deadline")
 
     def _circuit_open(self) -> Exception:
         error = CircuitOpenError(self.g.source)

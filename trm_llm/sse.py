@@ -144,6 +144,7 @@ class StreamAccumulator:
         self.profile = profile
         self.done = False
         self.text_events = 0
+        self.progress = 0  # events that carried text, a finish_reason or [DONE]
         self._content: dict[int, list[str]] = {}
         self._reasoning: dict[int, list[str]] = {}
         self._finish: dict[int, str | None] = {}
@@ -165,6 +166,7 @@ class StreamAccumulator:
             return False
         if data == DONE:
             self.done = True
+            self.progress += 1
             return False
         try:
             obj = json.loads(data)
@@ -188,6 +190,7 @@ class StreamAccumulator:
             carried = self._choice(choice) or carried
         if carried:
             self.text_events += 1
+            self.progress += 1
         return carried
 
     def _choice(self, choice: Any) -> bool:
@@ -206,6 +209,7 @@ class StreamAccumulator:
             raise SseAnomaly("error_payload", f"finish_reason {finish}")
         else:
             self._finish[index] = finish
+            self.progress += 1
         carried = False
         text = delta.get("content")
         if text and isinstance(text, str):
