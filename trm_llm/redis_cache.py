@@ -19,7 +19,9 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from trm_llm.cache import check_key
+from trm_llm.errors import LLMConfigError
 from trm_llm.protocols import EventSink
+from trm_llm.settings import LLMSettings
 from trm_llm.stored_cache import StoredResponseCache
 
 __all__ = ["DEFAULT_REDIS_TIMEOUT_S", "RedisResponseCache"]
@@ -68,6 +70,21 @@ class RedisResponseCache(StoredResponseCache):
         cache = cls(client, ttl_s=ttl_s, namespace=namespace, sink=sink, op_timeout_s=timeout_s)
         cache._owns_redis = True
         return cache
+
+    @classmethod
+    def from_settings(
+        cls, settings: LLMSettings, *, sink: EventSink | None = None
+    ) -> RedisResponseCache:
+        """The cache `settings` describe (REDIS_URL, REDIS_CACHE_TTL, LLM_CACHE_NAMESPACE), on
+        its own client with the default timeouts (`from_url`)."""
+        if settings.redis_url is None:
+            raise LLMConfigError("a Redis response cache needs REDIS_URL")
+        return cls.from_url(
+            str(settings.redis_url),
+            ttl_s=settings.redis_cache_ttl,
+            namespace=settings.llm_cache_namespace,
+            sink=sink,
+        )
 
     async def aclose(self) -> None:
         """Close the Redis client if `from_url` created it."""
