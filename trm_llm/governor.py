@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 import httpx
@@ -26,6 +26,7 @@ from trm_llm.cache import CachedResponse, ResponseCache
 from trm_llm.errors import CircuitOpenError, FatalLLMError, LLMError, RetriesExhausted, SseAnomaly
 from trm_llm.protocols import ChatResult, EventSink
 from trm_llm.retry import GiveUp, RetryPolicy, Sleep, is_transient_error, retry_after_of
+from trm_llm.sanitise import clean_event, clean_usage
 from trm_llm.sse import StreamResult
 from trm_llm.stream import StreamTiming
 
@@ -107,6 +108,7 @@ class _Call:
         self.reported = False  # the call's one event has been sent
         self.deadline = asyncio.timeout(governor.retry.deadline_s)
         self.last_error: Exception | None = None
+        self.notes: list[str] = []  # what was sanitised, for the call's event
         self.base: dict[str, Any] = {
             "call_id": self.call_id,
             "parent_call_id": parent_call_id,
@@ -175,6 +177,10 @@ class _Call:
                 error = "cancelled" if cancelled else "unexpected"
                 reason = error if cancelled else type(exc).__name__
                 self._fail(error, reason, None, g.redact(str(exc)))
+            if isinstance(exc, Exception) and not isinstance(exc, LLMError):
+                # chat() raises LLMErrors only: whatever a cache, a sink or a bug threw.
+                detail = g.redact(_describe(exc))[:300]
+                raise FatalLLMError(f"unexpected {type(exc).__name__}: {detail}") from exc
             raise
 
     def _admit(self) -> Admission:
@@ -212,13 +218,11 @@ class _Call:
         if decision.why != "fatal":
             self._fail("retries_exhausted", _reason(exc), status, detail)
             error: LLMError = RetriesExhausted(exc, attempts=len(self.attempts), why=decision.why)
-        elif isinstance(exc, httpx.HTTPStatusError | httpx.TransportError):
+        else:  # an HTTP status, a transport or decoding error, a body httpx cannot send
             self._fail("fatal", _reason(exc), status, detail)
             error = FatalLLMError(
                 f"{_reason(exc)} from {self.g.shown_endpoint}: {detail}", status=status
             )
-        else:
-            return exc  # not ours to translate: run() reports it as "unexpected"
         return error
 
     def _deadline_passed(self) -> LLMError:
@@ -248,18 +252,16 @@ class _Call:
             return
         if self.attempts and self.attempts[-1].outcome != "retry":
             self.attempts[-1].outcome = "failed"
-        self.g.report(
-            "call_failed",
-            {
-                **self.base,
-                "latency_ms": _ms(self.started),
-                "attempts": [asdict(a) for a in self.attempts],
-                "error": error,
-                "reason": reason,
-                "status": status,
-                "detail": detail[:300],
-            },
-        )
+        payload = {
+            **self.base,
+            "latency_ms": _ms(self.started),
+            "attempts": [asdict(a) for a in self.attempts],
+            "error": error,
+            "reason": reason,
+            "status": status,
+            "detail": detail[:300],
+        }
+        self.g.report("call_failed", clean_event(payload, self.notes))
 
     def _hit(self, hit: CachedResponse) -> ChatResult:
         self.base["cache"] = "hit"
@@ -269,6 +271,8 @@ class _Call:
     async def _complete(
         self, result: StreamResult, timing: StreamTiming, key: str | None
     ) -> ChatResult:
+        usage, self.notes = clean_usage(result.usage)  # storable in the cache and the event
+        result = replace(result, usage=usage)
         cache_write = None
         if self.g.cache is not None and key is not None:
             cache_write = "skipped"
@@ -315,19 +319,17 @@ class _Call:
         self.reported = True
         if self.g.sink is None:
             return
-        self.g.report(
-            "call_completed",
-            {
-                **self.base,
-                "cache_write": cache_write,
-                "finish_reason": finish_reason,
-                "usage": usage,
-                "ttft_ms": ttft_ms,
-                "max_inter_token_ms": max_gap_ms,
-                "latency_ms": _ms(self.started),
-                "attempts": [asdict(a) for a in self.attempts],
-            },
-        )
+        payload = {
+            **self.base,
+            "cache_write": cache_write,
+            "finish_reason": finish_reason,
+            "usage": usage,
+            "ttft_ms": ttft_ms,
+            "max_inter_token_ms": max_gap_ms,
+            "latency_ms": _ms(self.started),
+            "attempts": [asdict(a) for a in self.attempts],
+        }
+        self.g.report("call_completed", clean_event(payload, self.notes))
 
     def _breaker_event(self, transition: Transition | None) -> None:
         if transition is None:
