@@ -133,16 +133,16 @@ class _Call:
     async def _governed(self) -> ChatResult:
         g = self.g
         key = None
-        if g.cache is not None:
+        if g.cache is not None:  # bad key input raises here, before the call is under way
             key = g.cache.build_key(
                 g.model, self.messages, self.base["cache_salt"], self.params, endpoint=g.endpoint
             )
-            hit = await g.cache.get(key)
+        body = {"model": g.model, "messages": list(self.messages), **self.params, "stream": True}
+        try:
+            hit = None if g.cache is None or key is None else await g.cache.get(key)
             if hit is not None:
                 return self._hit(hit)
-        body = {"model": g.model, "messages": list(self.messages), **self.params, "stream": True}
-        start_clock = g.clock()
-        try:
+            start_clock = g.clock()
             while True:
                 admission = self._admit()
                 if not admission.allowed:

@@ -129,5 +129,5 @@ async def _check_response(response: httpx.Response) -> None:
             f"HTTP {response.status_code}", request=response.request, response=response
         )
     content_type = response.headers.get("content-type", "").partition(";")[0].strip()
-    if content_type != "text/event-stream":
+    if content_type.lower() != "text/event-stream":  # media types are case-insensitive
         raise SSEError(f"expected Content-Type text/event-stream, got {content_type!r}")

@@ -232,7 +232,10 @@ _noops = st.dictionaries(
     _any_text.filter(lambda k: k not in {"choices", "error", "object"}), _json_values, max_size=4
 ).map(lambda d: Event("noop", (_json(d),)))
 _errors = st.one_of(
-    _json_values.map(lambda v: Event("error", (b'{"error":' + _json(v) + b"}",))),
+    # {"error": null} is no error payload (issue 15.7): a chunk without choices, a no-op.
+    _json_values.map(
+        lambda v: Event("error" if v is not None else "noop", (b'{"error":' + _json(v) + b"}",))
+    ),
     _any_text.map(lambda m: Event("error", (b'{"object":"error","message":' + _json(m) + b"}",))),
     st.sampled_from(["error", "abort"]).map(
         lambda f: Event("error", _chunk([Choice(0, ("par",), "", "reasoning", f)]).data)
