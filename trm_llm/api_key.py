@@ -22,7 +22,14 @@ from urllib.parse import quote
 
 from trm_llm.errors import APIKeyError
 
-__all__ = ["PARTIAL", "REDACTED", "Redactor", "check_api_key", "scrub_exception"]
+__all__ = [
+    "PARTIAL",
+    "REDACTED",
+    "Redactor",
+    "check_api_key",
+    "exception_chain",
+    "scrub_exception",
+]
 
 PARTIAL = 8
 """A run of this many consecutive characters of the key (or the whole key if shorter) is
@@ -96,15 +103,22 @@ class Redactor:
         return "".join(out)
 
 
-def scrub_exception(exc: BaseException, redact: Callable[[str], str]) -> None:
-    """Redact the string args of `exc` and of every exception it links to, in place."""
-    seen: set[int] = set()
+def exception_chain(exc: BaseException) -> list[BaseException]:
+    """`exc` and every exception it links to (cause, context, `last_error`), each once."""
+    seen: dict[int, BaseException] = {}
     todo: list[BaseException | None] = [exc]
     while todo:
         current = todo.pop()
         if current is None or id(current) in seen:
             continue
-        seen.add(id(current))
+        seen[id(current)] = current
+        todo += [current.__cause__, current.__context__, getattr(current, "last_error", None)]
+    return list(seen.values())
+
+
+def scrub_exception(exc: BaseException, redact: Callable[[str], str]) -> None:
+    """Redact the string args of `exc` and of every exception it links to, in place."""
+    for current in exception_chain(exc):
         with suppress(AttributeError, TypeError):  # an exception type with read-only args
             current.args = tuple(redact(a) if isinstance(a, str) else a for a in current.args)
         for name in ("detail", "message"):
@@ -112,4 +126,3 @@ def scrub_exception(exc: BaseException, redact: Callable[[str], str]) -> None:
             if isinstance(value, str):
                 with suppress(AttributeError, TypeError):
                     setattr(current, name, redact(value))
-        todo += [current.__cause__, current.__context__, getattr(current, "last_error", None)]

@@ -32,7 +32,7 @@ from trm_llm import (
     SqliteResponseCache,
     StoreEventSink,
 )
-from trm_llm.api_key import PARTIAL, Redactor
+from trm_llm.api_key import PARTIAL, Redactor, exception_chain
 from trm_llm.simulated_server import Reply, SimulatedServer, normal, sse, status
 from trm_store import open_store
 
@@ -58,17 +58,7 @@ def leaks(key: str, texts: Iterable[str]) -> list[str]:
 
 def chain_texts(exc: BaseException) -> list[str]:
     """Every message, repr and arg along the cause/context chain, `last_error` included."""
-    out: list[str] = []
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        current = todo.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        out += [str(current), repr(current), *map(repr, current.args)]
-        todo += [current.__cause__, current.__context__, getattr(current, "last_error", None)]
-    return out
+    return [t for e in exception_chain(exc) for t in (str(e), repr(e), *map(repr, e.args))]
 
 
 HOSTILE_TAILS = {

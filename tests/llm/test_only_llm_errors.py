@@ -10,6 +10,7 @@ corrupt cache entry of deeply nested JSON gave `RecursionError` on both backends
 from __future__ import annotations
 
 import sqlite3
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -46,17 +47,31 @@ def _deep_usage(depth: int) -> Reply:
     return Reply(steps=(sse(head), sse(last), sse("[DONE]")))
 
 
-@pytest.fixture
-async def redis_cache() -> AsyncIterator[RedisResponseCache]:
-    import uuid
-
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+async def cache(
+    request: pytest.FixtureRequest, tmp_path: Path, sink: ListSink
+) -> AsyncIterator[SqliteResponseCache | RedisResponseCache]:
+    """A cache on each backend (Redis under a namespace of its own, emptied afterwards)."""
+    if request.param == "sqlite":
+        yield SqliteResponseCache(tmp_path / "c.db", ttl_s=60, sink=sink)
+        return
     client = Redis(host="127.0.0.1", port=6379)
     namespace = f"test:only-llm:{uuid.uuid4().hex}"
-    yield RedisResponseCache(client, ttl_s=60, namespace=namespace, sink=None)
+    yield RedisResponseCache(client, ttl_s=60, namespace=namespace, sink=sink)
     names = [n async for n in client.scan_iter(match=f"{namespace}:*")]
     if names:
         await client.delete(*names)
     await client.aclose()
+
+
+async def _store_raw(cache: SqliteResponseCache | RedisResponseCache, key: str, raw: str) -> None:
+    """Put `raw` where the entry of `key` lives, as another writer (or a bug) would."""
+    if isinstance(cache, RedisResponseCache):
+        await cache._redis.set(cache.redis_key(key), raw)
+        return
+    assert await cache.set(key, CachedResponse(content="x", finish_reason="stop", model="m"))
+    with sqlite3.connect(cache.path) as conn:
+        conn.execute("UPDATE llm_response_cache SET value = ?", (raw,))
 
 
 @pytest.mark.parametrize("encoding", ["gzip", "deflate"])
@@ -73,21 +88,14 @@ async def test_a_content_encoding_on_a_plain_body_is_a_fatal_llm_error(
     assert (failed["error"], failed["reason"]) == ("fatal", "DecodingError")
 
 
-@pytest.mark.redis
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
 @pytest.mark.parametrize("reply", ["emoji_halves", "usage_400_deep"])
 async def test_a_hostile_complete_answer_is_returned_and_cached(
     server: SimulatedServer,
     make_client: ClientFactory,
     sink: ListSink,
-    tmp_path: Path,
-    redis_cache: RedisResponseCache,
-    backend: str,
+    cache: ResponseCache,
     reply: str,
 ) -> None:
-    cache: ResponseCache = (
-        SqliteResponseCache(tmp_path / "c.db", ttl_s=60) if backend == "sqlite" else redis_cache
-    )
     server.script(Reply(steps=(EMOJI_HALVES,)) if reply == "emoji_halves" else _deep_usage(400))
     client = make_client(cache=cache)
     first = await client.chat(USER)
@@ -102,31 +110,15 @@ DEEP = "[" * 100_000 + "]" * 100_000
 CORRUPT = [DEEP, '{"v":1,"response":' + DEEP + "}", '{"v":1,"response":{"content":' + DEEP + "}}"]
 
 
-@pytest.mark.redis
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
 @pytest.mark.parametrize("raw", CORRUPT, ids=["bare", "as_response", "as_content"])
 async def test_a_deeply_nested_corrupt_entry_is_a_miss(
-    server: SimulatedServer,
     make_client: ClientFactory,
     sink: ListSink,
-    tmp_path: Path,
-    redis_cache: RedisResponseCache,
-    backend: str,
+    cache: SqliteResponseCache | RedisResponseCache,
     raw: str,
 ) -> None:
-    client = make_client()
-    key = ResponseCache.build_key(None, "sim", USER, endpoint=client.base_url)  # type: ignore[arg-type]
-    if backend == "sqlite":
-        cache: ResponseCache = SqliteResponseCache(tmp_path / "c.db", ttl_s=60, sink=sink)
-        assert await cache.set(key, CachedResponse(content="x", finish_reason="stop", model="m"))
-        with sqlite3.connect(tmp_path / "c.db") as conn:
-            conn.execute("UPDATE llm_response_cache SET value = ?", (raw,))
-    else:
-        cache = RedisResponseCache(
-            redis_cache._redis, ttl_s=60, namespace=redis_cache.namespace, sink=sink
-        )
-        await redis_cache._redis.set(redis_cache.redis_key(key), raw)
     client = make_client(cache=cache)
+    await _store_raw(cache, cache.build_key("sim", USER, endpoint=client.base_url), raw)
     answer = await client.chat(USER)
     assert (answer.content, answer.cached) == ("Hello, world", False)
     [corrupt] = sink.of("cache_corrupt")

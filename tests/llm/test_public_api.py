@@ -7,20 +7,7 @@ import inspect
 import trm_llm
 import trm_llm.cache
 import trm_llm.settings
-from trm_llm import CircuitBreaker, GovernedLLMClient, RetryPolicy
-from trm_llm.errors import (
-    APIKeyError,
-    CacheKeyError,
-    CacheTTLError,
-    CircuitOpenError,
-    CorruptEntryError,
-    FatalLLMError,
-    LLMConfigError,
-    LLMError,
-    LLMSettingsError,
-    RetriesExhausted,
-    SseAnomaly,
-)
+from trm_llm import CircuitBreaker, GovernedLLMClient, RetryPolicy, errors
 
 
 def test_exported_names_are_exactly_the_public_names() -> None:
@@ -34,23 +21,28 @@ def test_exported_names_are_exactly_the_public_names() -> None:
 
 
 def test_error_tree() -> None:
-    for cls in (SseAnomaly, FatalLLMError, CircuitOpenError, RetriesExhausted):
+    LLMError = errors.LLMError
+    for cls in (errors.SseAnomaly, errors.FatalLLMError, errors.CircuitOpenError):
         assert issubclass(cls, LLMError)
+    assert issubclass(errors.RetriesExhausted, LLMError)
     # Issue 13: every public exception sits in the tree; the old ValueErrors stay ValueErrors.
-    errors = [v for v in vars(trm_llm).values() if isinstance(v, type)]
-    errors = [v for v in errors if issubclass(v, BaseException)]
-    assert {e.__name__ for e in errors if not issubclass(e, LLMError)} == set()
-    for cls in (CacheTTLError, LLMSettingsError, CacheKeyError, APIKeyError, LLMConfigError):
-        assert issubclass(cls, LLMError) and issubclass(cls, ValueError)
-    assert issubclass(CorruptEntryError, LLMError)
-    assert trm_llm.cache.CacheKeyError is CacheKeyError  # the old import paths keep working
-    assert trm_llm.settings.CacheTTLError is CacheTTLError
-    assert trm_llm.settings.LLMSettingsError is LLMSettingsError
-    assert trm_llm.cache.CorruptEntryError is CorruptEntryError
-    assert SseAnomaly("stall_first_token").reason == "stall_first_token"
-    assert FatalLLMError("x", status=401).status == 401
+    classes = [v for v in vars(trm_llm).values() if isinstance(v, type)]
+    raised = [v for v in classes if issubclass(v, BaseException)]
+    assert {e.__name__ for e in raised if not issubclass(e, LLMError)} == set()
+    for name in ("CacheTTLError", "LLMSettingsError", "CacheKeyError", "APIKeyError"):
+        cls = getattr(errors, name)
+        assert issubclass(cls, errors.LLMConfigError) and issubclass(cls, ValueError)
+    assert issubclass(errors.LLMConfigError, LLMError)
+    assert issubclass(errors.CorruptEntryError, LLMError)
+    # The old import paths keep working.
+    assert trm_llm.cache.CacheKeyError is errors.CacheKeyError
+    assert trm_llm.settings.CacheTTLError is errors.CacheTTLError
+    assert trm_llm.settings.LLMSettingsError is errors.LLMSettingsError
+    assert trm_llm.cache.CorruptEntryError is errors.CorruptEntryError
+    assert errors.SseAnomaly("stall_first_token").reason == "stall_first_token"
+    assert errors.FatalLLMError("x", status=401).status == 401
     err = ValueError("inner")
-    assert RetriesExhausted(err, attempts=2, why="attempts").last_error is err
+    assert errors.RetriesExhausted(err, attempts=2, why="attempts").last_error is err
 
 
 def test_spec_signatures() -> None:
