@@ -109,6 +109,7 @@ class _Call:
         self.deadline = asyncio.timeout(governor.retry.deadline_s)
         self.last_error: Exception | None = None
         self.notes: list[str] = []  # what was sanitised, for the call's event
+        self.answer: tuple[StreamResult, StreamTiming] | None = None  # complete, not reported
         self.base: dict[str, Any] = {
             "call_id": self.call_id,
             "parent_call_id": parent_call_id,
@@ -128,6 +129,12 @@ class _Call:
         except TimeoutError:
             if not self.deadline.expired():
                 raise
+            if self.answer is not None and not self.reported:  # only its cache write was cut
+                result, timing = self.answer
+                self._completed(
+                    result.finish_reason, result.usage, timing.ttft_ms, timing.max_gap_ms, "failed"
+                )
+                return self._result(result, timing)
             raise self._deadline_passed() from None
 
     async def _governed(self) -> ChatResult:
@@ -273,6 +280,7 @@ class _Call:
     ) -> ChatResult:
         usage, self.notes = clean_usage(result.usage)  # storable in the cache and the event
         result = replace(result, usage=usage)
+        self.answer = (result, timing)
         cache_write = None
         if self.g.cache is not None and key is not None:
             cache_write = "skipped"

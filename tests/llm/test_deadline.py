@@ -120,3 +120,26 @@ async def test_a_slow_but_steady_answer_within_the_deadline_completes(
     client = make_client(retry=RetryPolicy(deadline_s=5.0), inter_token_timeout_s=1.0)
     answer = await asyncio.wait_for(client.chat(USER), GUARD_S)
     assert (answer.content, answer.finish_reason) == ("abc", "stop")
+
+
+async def test_a_complete_answer_whose_cache_write_outlives_the_deadline_is_returned(
+    server: SimulatedServer, make_client: ClientFactory, sink: ListSink
+) -> None:
+    """The deadline cuts the cache write, not the answer already complete."""
+    from trm_llm.cache import CachedResponse, ResponseCache
+
+    class SlowWrites(ResponseCache):
+        async def get(self, key: str) -> CachedResponse | None:
+            return None
+
+        async def set(self, key: str, value: CachedResponse) -> bool:
+            await asyncio.sleep(30.0)
+            return True
+
+    server.default = normal(["done"])
+    client = make_client(cache=SlowWrites(), retry=RetryPolicy(deadline_s=1.0))
+    answer = await asyncio.wait_for(client.chat(USER), GUARD_S)
+    assert (answer.content, answer.cached) == ("done", False)
+    [completed] = sink.of("call_completed")
+    assert completed["cache_write"] == "failed"
+    assert sink.of("call_failed") == []
