@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from trm_llm.errors import CacheKeyError, CorruptEntryError
 from trm_llm.protocols import EventSink
+from trm_llm.sanitise import storable_text
 from trm_llm.sse import ERROR_FINISHES
 
 __all__ = [
@@ -236,13 +237,15 @@ class CacheReporter:
 
     def read_failed(self, key: str, exc: BaseException) -> None:
         """The storage could not be read; the caller treats it as a miss."""
-        self._emit("cache_read_failed", key, error=type(exc).__name__, detail=str(exc)[:300])
+        self._emit("cache_read_failed", key, error=type(exc).__name__, detail=str(exc))
 
     def write_failed(self, key: str, exc: BaseException) -> None:
         """The storage refused a write; the caller returns False."""
-        self._emit("cache_write_failed", key, error=type(exc).__name__, detail=str(exc)[:300])
+        self._emit("cache_write_failed", key, error=type(exc).__name__, detail=str(exc))
 
     def _emit(self, event_type: str, key: str, **fields: str) -> None:
+        # A detail quotes the stored entry or the storage's error: keep it storable.
+        fields = {name: storable_text(value, 300) for name, value in fields.items()}
         data = {"backend": self._backend, "namespace": self._namespace, "key": key, **fields}
         details = ", ".join(f"{name}={value}" for name, value in data.items())
         logger.warning("%s: %s", event_type, details)

@@ -25,6 +25,7 @@ __all__ = [
     "clean_event",
     "clean_usage",
     "repair_text",
+    "storable_text",
 ]
 
 INT_MAX = 2**31 - 1
@@ -51,6 +52,13 @@ _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _REPLACEMENT = "\ufffd"
 
 
+def storable_text(value: str, limit: int) -> str:
+    """`value` with NUL and lone surrogates replaced by U+FFFD, cut to `limit` characters."""
+    if _UNSTORABLE.search(value) is not None:
+        value = _UNSTORABLE.sub(_REPLACEMENT, repair_text(value))
+    return value[:limit]
+
+
 def repair_text(text: str) -> str:
     """`text` with surrogate pairs joined into their character and lone halves replaced."""
     if _SURROGATE.search(text) is None:
@@ -70,12 +78,10 @@ class _Notes:
 
     def text(self, where: str, value: str, limit: int) -> str:
         if _UNSTORABLE.search(value) is not None:
-            value = _UNSTORABLE.sub(_REPLACEMENT, repair_text(value))
             self.add(f"{where}: NUL or lone surrogate replaced by U+FFFD")
         if len(value) > limit:
             self.add(f"{where}: {len(value)} characters truncated to {limit}")
-            value = value[:limit]
-        return value
+        return storable_text(value, limit)
 
     def status(self, where: str, value: Any) -> int | None:
         if value is None or (type(value) is int and 100 <= value <= 599):

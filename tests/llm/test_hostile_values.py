@@ -118,3 +118,16 @@ def test_a_clean_event_is_left_as_it_is() -> None:
     payload = {"call_id": "c", "finish_reason": "stop", "status": 200, "usage": {"total_tokens": 3}}
     assert clean_event(payload) == payload  # no `sanitised` key when nothing changed
     assert clean_usage({"prompt_tokens": INT_MAX, "details": {"cached": [1, 2.5]}})[1] == []
+
+
+def test_a_cache_problem_with_an_unstorable_message_is_still_recorded(sqlite_url: str) -> None:
+    """A storage error's message is quoted in the cache event: NUL and halves are replaced."""
+    from trm_llm.cache import CacheReporter
+
+    key = "a" * 64
+    with open_store(sqlite_url) as store:
+        reporter = CacheReporter("sqlite", "ns", StoreEventSink(store))
+        reporter.read_failed(key, OSError("disk \x00 gone \ud800"))
+        reporter.write_failed(key, OSError("x" * 5000))
+        details = [e.data["detail"] for e in store.read_all() if e.type.startswith("llm.cache_")]
+    assert details == ["disk \ufffd gone \ufffd", "x" * 300]
