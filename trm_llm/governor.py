@@ -125,7 +125,7 @@ class _Call:
         start_clock = g.clock()
         try:
             while True:
-                admission = self._admit()
+                admission = await self._admit()
                 if not admission.allowed:
                     raise self._circuit_open()
                 attempt = _Attempt(len(self.attempts) + 1)
@@ -137,7 +137,7 @@ class _Call:
                 except Exception as exc:
                     attempt.latency_ms, attempt.status = _ms(t0), timing.status
                     attempt.reason, attempt.tokens_discarded = _reason(exc), timing.text_events
-                    decision = self._judge(exc, admission, start_clock)
+                    decision = await self._judge(exc, admission, start_clock)
                     if isinstance(decision, GiveUp):
                         raise self._give_up(exc, decision) from exc
                     attempt.outcome, attempt.sleep_s = "retry", decision.delay_s
@@ -145,10 +145,12 @@ class _Call:
                     continue
                 except BaseException:
                     attempt.latency_ms, attempt.reason = _ms(t0), "cancelled"
-                    self._release(admission)  # nothing was learned about the provider
+                    await self._release(admission)  # nothing was learned about the provider
                     raise
                 attempt.outcome, attempt.latency_ms, attempt.status = "ok", _ms(t0), timing.status
-                self._breaker_event(g.breaker.record_success(g.source) if g.breaker else None)
+                if g.breaker is not None:
+                    success = g.breaker.arecord_success
+                    self._breaker_event(await success(g.source, now=g.clock(), admission=admission))
                 return await self._complete(result, timing, key)
         except BaseException as exc:  # cancelled, or a bug: still exactly one event per call
             if not self.reported:
@@ -158,26 +160,29 @@ class _Call:
                 self._fail(error, reason, None, g.redact(str(exc)))
             raise
 
-    def _admit(self) -> Admission:
+    async def _admit(self) -> Admission:
         breaker = self.g.breaker
         if breaker is None:
             return Admission(True)
-        admission = breaker.admit(self.g.source, self.g.clock())
+        admission = await breaker.aadmit(self.g.source, self.g.clock())
         self._breaker_event(admission.transition)
         return admission
 
-    def _release(self, admission: Admission) -> None:
+    async def _release(self, admission: Admission) -> None:
         if self.g.breaker is not None and admission.probe_token is not None:
-            self.g.breaker.release_probe(self.g.source, admission.probe_token)
+            await self.g.breaker.arelease_probe(self.g.source, admission.probe_token)
 
-    def _judge(self, exc: Exception, admission: Admission, start_clock: float) -> Sleep | GiveUp:
+    async def _judge(
+        self, exc: Exception, admission: Admission, start_clock: float
+    ) -> Sleep | GiveUp:
         """Tell the breaker what happened, then ask the retry policy what to do."""
         g = self.g
         now = g.clock()
         if is_transient_error(exc) and g.breaker is not None:
-            self._breaker_event(g.breaker.record_failure(g.source, now))
+            failure = g.breaker.arecord_failure
+            self._breaker_event(await failure(g.source, now, admission=admission))
         else:
-            self._release(admission)
+            await self._release(admission)
         return g.retry.decide(
             attempt=len(self.attempts),
             error=exc,
