@@ -19,7 +19,14 @@ import httpx
 
 from trm_llm.breaker import Admission, CircuitBreaker, Transition
 from trm_llm.cache import CachedResponse, ResponseCache
-from trm_llm.errors import CircuitOpenError, FatalLLMError, LLMError, RetriesExhausted, SseAnomaly
+from trm_llm.errors import (
+    CircuitOpenError,
+    EventSinkError,
+    FatalLLMError,
+    LLMError,
+    RetriesExhausted,
+    SseAnomaly,
+)
 from trm_llm.protocols import ChatResult, EventSink
 from trm_llm.retry import GiveUp, RetryPolicy, Sleep, is_transient_error, retry_after_of
 from trm_llm.sse import StreamResult
@@ -73,14 +80,16 @@ class Governor:
         """One governed call (see the module docstring)."""
         return await _Call(self, messages, params, parent_call_id, cache_salt).run()
 
-    def report(self, event_type: str, data: Mapping[str, Any]) -> None:
-        """Emit to the sink; a failing sink is logged, never allowed to fail the call."""
+    def report(self, event_type: str, data: Mapping[str, Any]) -> Awaitable[None] | None:
+        """Emit to the sink; a failing emit is logged, never allowed to fail the call. Returns
+        what the sink returned: an awaitable that completes when the event is committed."""
         if self.sink is None:
-            return
+            return None
         try:
-            self.sink.emit(self.source, event_type, data)
+            return self.sink.emit(self.source, event_type, data)
         except Exception:
             logger.exception("event sink failed to record %s for %s", event_type, self.source)
+            return None
 
 
 class _Call:
@@ -101,6 +110,7 @@ class _Call:
         self.started = time.perf_counter()
         self.attempts: list[_Attempt] = []
         self.reported = False  # the call's one event has been sent
+        self.receipts: list[Awaitable[None]] = []  # its events, until committed
         self.base: dict[str, Any] = {
             "call_id": self.call_id,
             "parent_call_id": parent_call_id,
@@ -112,6 +122,32 @@ class _Call:
         }
 
     async def run(self) -> ChatResult:
+        """The call, returning (or raising) only once its events are committed."""
+        try:
+            result = await self._run()
+        except Exception:
+            await self._committed(raise_error=False)  # the call's own error goes first
+            raise
+        await self._committed(raise_error=True)
+        return result
+
+    async def _committed(self, *, raise_error: bool) -> None:
+        for receipt in self.receipts:
+            try:
+                await receipt
+            except Exception as exc:
+                if raise_error:
+                    if isinstance(exc, EventSinkError):
+                        raise
+                    raise EventSinkError(f"the sink failed: {type(exc).__name__}") from exc
+                logger.exception("the event of call %s was not committed", self.call_id)
+
+    def _report(self, event_type: str, data: Mapping[str, Any]) -> None:
+        receipt = self.g.report(event_type, data)
+        if receipt is not None:
+            self.receipts.append(receipt)
+
+    async def _run(self) -> ChatResult:
         g = self.g
         key = None
         if g.cache is not None:
@@ -223,7 +259,7 @@ class _Call:
             return
         if self.attempts and self.attempts[-1].outcome != "retry":
             self.attempts[-1].outcome = "failed"
-        self.g.report(
+        self._report(
             "call_failed",
             {
                 **self.base,
@@ -294,7 +330,7 @@ class _Call:
         self.reported = True
         if self.g.sink is None:
             return
-        self.g.report(
+        self._report(
             "call_completed",
             {
                 **self.base,
@@ -311,7 +347,7 @@ class _Call:
     def _breaker_event(self, transition: Transition | None) -> None:
         if transition is None:
             return
-        self.g.report(
+        self._report(
             "breaker_changed",
             {
                 "from_state": transition.from_state,

@@ -27,7 +27,7 @@ import json
 import re
 import string
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -239,7 +239,7 @@ class TallyingSink:
         self.retries = 0
         self.failed_attempts: Counter[str] = Counter()
 
-    def emit(self, source: str, event_type: str, data: Mapping[str, Any]) -> None:
+    def emit(self, source: str, event_type: str, data: Mapping[str, Any]) -> Awaitable[None] | None:
         if event_type in ("call_completed", "call_failed"):
             attempts = data.get("attempts", ())
             self.calls += 1
@@ -248,8 +248,9 @@ class TallyingSink:
             self.failed_attempts.update(
                 str(a.get("reason")) for a in attempts if a.get("outcome") != "ok"
             )
-        if self._inner is not None:
-            self._inner.emit(source, event_type, data)
+        if self._inner is not None:  # its commit receipt, for the client to await
+            return self._inner.emit(source, event_type, data)
+        return None
 
     def as_dict(self) -> dict[str, Any]:
         return {

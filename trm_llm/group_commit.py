@@ -1,0 +1,166 @@
+"""Group commit: items handed over from any thread or event loop, written in batches by one thread.
+
+`GroupCommitter(write)` starts a writer thread on first use. `submit(item)` queues an item and
+returns a receipt: on an event loop, an `asyncio.Future` that completes when the batch holding the
+item is written (so awaiting it never blocks the loop); elsewhere, a `concurrent.futures.Future`.
+Everything queued while a batch is written goes into the next one (up to `max_batch`), so
+concurrent producers share one write. The writer calls `write(batch)`, which returns one error (or
+None) per item; a raised exception fails the whole batch. Items are written in the order they
+were submitted.
+
+The queue is bounded: a producer outside an event loop blocks while `max_pending` items wait. A
+producer on an event loop is never blocked; its receipt is its backpressure (the governed client
+returns from `chat()` only once its events are written, so callers go at the writer's pace).
+`flush()` waits for everything submitted before it; `close()` / `aclose()` flush and stop the
+thread. A process that exits without closing flushes at exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import collections
+import concurrent.futures
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+__all__ = ["GroupCommitter", "Receipt"]
+
+Item = TypeVar("Item")
+Receipt = asyncio.Future[None] | concurrent.futures.Future[None]
+Write = Callable[[Sequence[Item]], Sequence[BaseException | None]]
+
+
+@dataclass(frozen=True)
+class _Entry(Generic[Item]):
+    item: Item | None  # None: a flush marker
+    receipt: Receipt
+    loop: asyncio.AbstractEventLoop | None
+
+
+class GroupCommitter(Generic[Item]):
+    """One writer thread and its queue; see the module docstring."""
+
+    def __init__(self, write: Write[Item], *, max_pending: int, max_batch: int, name: str) -> None:
+        if max_pending < 1 or max_batch < 1:
+            raise ValueError("max_pending and max_batch must be >= 1")
+        self._write = write
+        self._max_pending = max_pending
+        self._max_batch = max_batch
+        self._name = name
+        self._queue: collections.deque[_Entry[Item]] = collections.deque()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def submit(self, item: Item | None) -> Receipt:
+        """Queue `item` (None: nothing to write, only wait for what is queued before it)."""
+        loop = _running_loop()
+        receipt: Receipt
+        if loop is None:
+            receipt = concurrent.futures.Future()
+        else:
+            receipt = loop.create_future()
+            receipt.add_done_callback(_retrieved)  # an unawaited failure is the sink's to log
+        with self._cond:
+            if self._closed:
+                raise RuntimeError(f"{self._name} is closed")
+            while loop is None and len(self._queue) >= self._max_pending:
+                self._cond.wait()
+            self._queue.append(_Entry(item, receipt, loop))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+                atexit.register(self.close)
+            self._cond.notify_all()
+        return receipt
+
+    async def flush(self) -> None:
+        """Wait (on the loop, without blocking it) until everything submitted so far is written."""
+        await _awaited(self.submit(None))
+
+    def close(self) -> None:
+        """Write what is queued, then stop the thread (blocking; for threads and exit)."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        atexit.unregister(self.close)
+        if thread is not None:
+            thread.join()
+
+    async def aclose(self) -> None:
+        """`close()` off the loop: the loop keeps running while the last batch is written."""
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return  # closed and drained
+                n = min(len(self._queue), self._max_batch)
+                batch = [self._queue.popleft() for _ in range(n)]
+                self._cond.notify_all()  # room for blocked producers
+            self._settle(batch, self._written(batch))
+
+    def _written(self, batch: list[_Entry[Item]]) -> list[BaseException | None]:
+        items = [e.item for e in batch if e.item is not None]
+        try:
+            errors = list(self._write(items)) if items else []
+        except Exception as exc:  # the whole batch failed
+            errors = [exc] * len(items)
+        it = iter(errors)
+        return [None if e.item is None else next(it) for e in batch]
+
+    @staticmethod
+    def _settle(batch: list[_Entry[Item]], errors: list[BaseException | None]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Receipt, BaseException | None]]] = {}
+        for entry, error in zip(batch, errors, strict=True):
+            if entry.loop is None:
+                _resolve(entry.receipt, error)
+            else:
+                by_loop.setdefault(entry.loop, []).append((entry.receipt, error))
+        for loop, done in by_loop.items():  # one wake-up per loop per batch
+            try:
+                loop.call_soon_threadsafe(_resolve_all, done)
+            except RuntimeError:  # that loop is closed: nobody is waiting any more
+                pass
+
+
+async def _awaited(receipt: Receipt) -> None:
+    if isinstance(receipt, asyncio.Future):
+        await receipt
+    else:
+        await asyncio.wrap_future(receipt)
+
+
+def _retrieved(receipt: asyncio.Future[None]) -> None:
+    if not receipt.cancelled():
+        receipt.exception()
+
+
+def _resolve_all(done: list[tuple[Receipt, BaseException | None]]) -> None:
+    for receipt, error in done:
+        _resolve(receipt, error)
+
+
+def _resolve(receipt: Receipt, error: BaseException | None) -> None:
+    if receipt.done():  # cancelled by a waiter that gave up
+        return
+    if error is None:
+        receipt.set_result(None)
+    else:
+        receipt.set_exception(error)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
