@@ -21,6 +21,7 @@ import asyncio
 import atexit
 import collections
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -127,10 +128,8 @@ class GroupCommitter(Generic[Item]):
             else:
                 by_loop.setdefault(entry.loop, []).append((entry.receipt, error))
         for loop, done in by_loop.items():  # one wake-up per loop per batch
-            try:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
                 loop.call_soon_threadsafe(_resolve_all, done)
-            except RuntimeError:  # that loop is closed: nobody is waiting any more
-                pass
 
 
 async def _awaited(receipt: Receipt) -> None:

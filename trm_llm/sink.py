@@ -1,4 +1,4 @@
-"""`StoreEventSink`: the governed client's events, appended to the trm_store event log, off the loop.
+"""`StoreEventSink`: the governed client's events, appended to the trm_store log off the loop.
 
 Group commit: events emitted on an event loop are queued and written by one writer thread
 (`trm_llm.group_commit`), all events queued while a batch is written going into the next
@@ -71,7 +71,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from trm_llm.errors import EventSinkError
-from trm_llm.group_commit import GroupCommitter, Receipt
+from trm_llm.group_commit import GroupCommitter
 
 if TYPE_CHECKING:
     from trm_store import NewEvent, Store

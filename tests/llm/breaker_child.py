@@ -24,7 +24,9 @@ async def serve(client: redis.asyncio.Redis, threshold: int, cooldown: float) ->
         cmd = json.loads(line)
         ns = cmd["ns"]
         if ns not in breakers:
-            breakers[ns] = CircuitBreaker(threshold, cooldown, 600.0, redis_client=client, namespace=ns)
+            breakers[ns] = CircuitBreaker(
+                threshold, cooldown, 600.0, redis_client=client, namespace=ns
+            )
         breaker = breakers[ns]
         op, now = cmd["op"], cmd["now"]
         ticket = Admission(True, cmd.get("token"))

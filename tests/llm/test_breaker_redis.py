@@ -25,7 +25,7 @@ from trm_llm.errors import RetriesExhausted
 from trm_llm.retry import RetryPolicy
 from trm_llm.simulated_server import SimulatedServer, normal, status
 
-from ..hardening.test_faults import PrivateRedis, private_redis  # noqa: F401 (a fixture)
+from ..hardening.test_faults import PrivateRedis, _free_port
 from .breaker_model import COOLDOWN, THRESHOLD, BreakerMachine
 from .conftest import USER, ClientFactory, FakeClock, ListSink
 
@@ -57,7 +57,11 @@ class ChildHandle:
     def admit(self, now: float) -> tuple[bool, str | None, Change]:
         r = self._ask(op="admit", now=now)
         token = r["token"]
-        return bool(r["allowed"]), token if isinstance(token, str) else None, self._pair(r["change"])
+        return (
+            bool(r["allowed"]),
+            token if isinstance(token, str) else None,
+            self._pair(r["change"]),
+        )
 
     def success(self, now: float, token: str | None) -> Change:
         return self._pair(self._ask(op="success", now=now, token=token)["change"])
@@ -82,7 +86,9 @@ class LocalAsyncHandle:
 
     def success(self, now: float, token: str | None) -> Change:
         ticket = Admission(True, token)
-        return _change(self.runner.run(self.breaker.arecord_success("p", now=now, admission=ticket)))
+        return _change(
+            self.runner.run(self.breaker.arecord_success("p", now=now, admission=ticket))
+        )
 
     def failure(self, now: float, token: str | None) -> Change:
         ticket = Admission(True, token)
@@ -102,7 +108,10 @@ class TwoProcessMachine(BreakerMachine):
         self.local = CircuitBreaker(
             THRESHOLD, COOLDOWN, 600.0, redis_client=shared, namespace=self.namespace
         )
-        self.handles = [LocalAsyncHandle(self.local, self.runner), ChildHandle(child, self.namespace)]
+        self.handles = [
+            LocalAsyncHandle(self.local, self.runner),
+            ChildHandle(child, self.namespace),
+        ]
 
     def expire_probe(self) -> None:  # the PX lease running out, without waiting 600 s
         self.shared.delete(f"{self.namespace}:p:probe")
@@ -111,6 +120,17 @@ class TwoProcessMachine(BreakerMachine):
         self.runner.run(self.local.aclose())
         self.runner.close()
         self.shared.delete(f"{self.namespace}:p:state", f"{self.namespace}:p:probe")
+
+
+@pytest.fixture
+def private_redis() -> Iterator[PrivateRedis]:
+    """A redis-server of this test's own, on another port: it may be stopped or killed."""
+    server = PrivateRedis(_free_port())
+    server.start()
+    yield server
+    if server.proc is not None:
+        server.proc.send_signal(signal.SIGCONT)
+        server.kill()
 
 
 @pytest.fixture
