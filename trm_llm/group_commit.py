@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from trm_llm.errors import EventSinkError
+
 __all__ = ["GroupCommitter", "Receipt"]
 
 Item = TypeVar("Item")
@@ -67,7 +69,7 @@ class GroupCommitter(Generic[Item]):
             receipt.add_done_callback(_retrieved)  # an unawaited failure is the sink's to log
         with self._cond:
             if self._closed:
-                raise RuntimeError(f"{self._name} is closed")
+                raise EventSinkError(f"{self._name} is closed: nothing more can be written")
             while loop is None and len(self._queue) >= self._max_pending:
                 self._cond.wait()
             self._queue.append(_Entry(item, receipt, loop))
