@@ -1,5 +1,6 @@
-"""The store sink off the loop: group commit, chat() returns only once its event is committed, a
-locked SQLite file stalls no stream, a failing store is a typed error, bounded queue, flush/close."""
+"""The store sink off the loop: group commit, chat() returns only once its event is committed,
+a locked SQLite file stalls no stream, a failing store is a typed error, a bounded queue,
+flush and close."""
 
 from __future__ import annotations
 
@@ -161,10 +162,11 @@ def test_emit_outside_a_loop_is_committed_when_it_returns(store: Store) -> None:
 
 
 def test_a_producer_thread_blocks_while_the_queue_is_full() -> None:
-    release = threading.Event()
+    release, writing = threading.Event(), threading.Event()
     written: list[int] = []
 
     def slow_write(items: Sequence[int]) -> list[BaseException | None]:
+        writing.set()
         release.wait()
         written.extend(items)
         return [None] * len(items)
@@ -173,8 +175,7 @@ def test_a_producer_thread_blocks_while_the_queue_is_full() -> None:
         slow_write, max_pending=2, max_batch=10, name="test"
     )
     committer.submit(0)  # taken by the writer, which waits in slow_write
-    while committer._queue:  # noqa: SLF001 (the writer has taken item 0)
-        time.sleep(0.001)
+    assert writing.wait(5)
     committer.submit(1)
     committer.submit(2)  # the queue is full now
     fourth = threading.Thread(target=committer.submit, args=(3,))
