@@ -3,8 +3,9 @@
 `GroupCommitter(write)` starts a writer thread on first use. `submit(item)` queues an item and
 returns a receipt: on an event loop, an `asyncio.Future` that completes when the batch holding the
 item is written (so awaiting it never blocks the loop); elsewhere, a `concurrent.futures.Future`.
-Everything queued while a batch is written goes into the next one (up to `max_batch`), so
-concurrent producers share one write. The writer calls `write(batch)`, which returns one error (or
+Everything queued while a batch is written goes into the next one (up to `max_batch`), and the
+writer waits up to `linger_s` after a batch's first item for more, so concurrent producers share
+one write. The writer calls `write(batch)`, which returns one error (or
 None) per item; a raised exception fails the whole batch. Items are written in the order they
 were submitted.
 
@@ -23,6 +24,7 @@ import collections
 import concurrent.futures
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -46,12 +48,21 @@ class _Entry(Generic[Item]):
 class GroupCommitter(Generic[Item]):
     """One writer thread and its queue; see the module docstring."""
 
-    def __init__(self, write: Write[Item], *, max_pending: int, max_batch: int, name: str) -> None:
-        if max_pending < 1 or max_batch < 1:
-            raise ValueError("max_pending and max_batch must be >= 1")
+    def __init__(
+        self,
+        write: Write[Item],
+        *,
+        max_pending: int,
+        max_batch: int,
+        linger_s: float = 0.0,
+        name: str,
+    ) -> None:
+        if max_pending < 1 or max_batch < 1 or not linger_s >= 0:
+            raise ValueError("max_pending and max_batch must be >= 1, linger_s >= 0")
         self._write = write
         self._max_pending = max_pending
         self._max_batch = max_batch
+        self._linger_s = linger_s
         self._name = name
         self._queue: collections.deque[_Entry[Item]] = collections.deque()
         self._cond = threading.Condition()
@@ -107,6 +118,12 @@ class GroupCommitter(Generic[Item]):
                     self._cond.wait()
                 if not self._queue:
                     return  # closed and drained
+                deadline = time.monotonic() + self._linger_s
+                while len(self._queue) < self._max_batch and not self._closed:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
                 n = min(len(self._queue), self._max_batch)
                 batch = [self._queue.popleft() for _ in range(n)]
                 self._cond.notify_all()  # room for blocked producers

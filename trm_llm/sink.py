@@ -1,11 +1,11 @@
 """`StoreEventSink`: the governed client's events, appended to the trm_store log off the loop.
 
 Group commit: events emitted on an event loop are queued and written by one writer thread
-(`trm_llm.group_commit`), all events queued while a batch is written going into the next
-`store.append_batch` (one transaction); the governed client awaits its call's events, so `chat()`
-returns only once they are committed, and raises `EventSinkError` if the store failed. Emitted
-from a thread without a loop, `emit` blocks until its event is committed (a store error is
-raised as the store raised it). One event that the store
+(`trm_llm.group_commit`): all events queued while a batch is written (or within `linger_s` of
+the batch's first event) go into the next `store.append_batch`, one transaction. The governed
+client awaits its call's events, so `chat()` returns only once they are committed, and raises
+`EventSinkError` if the store failed. Emitted from a thread without a loop, `emit` blocks until
+its event is committed (a store error is raised as the store raised it). An event the store
 refuses (validation) fails alone: the batch is then written event by event. `flush()` waits for
 everything emitted so far; `close()` / `aclose()` flush and stop the writer (at exit it flushes
 by itself). `trm_store` is imported on first use, so `import trm_llm` loads no database library.
@@ -86,10 +86,21 @@ class StoreEventSink:
     """An `EventSink` that appends each event to stream `llm:{source}`, its type prefixed like
     every stored type (`call_completed` is stored as `llm.call_completed`)."""
 
-    def __init__(self, store: Store, *, max_pending: int = 4096, max_batch: int = 512) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_pending: int = 4096,
+        max_batch: int = 512,
+        linger_s: float = 0.002,
+    ) -> None:
         self._store = store
         self._writer: GroupCommitter[_Event] = GroupCommitter(
-            self._write, max_pending=max_pending, max_batch=max_batch, name="trm-llm-sink"
+            self._write,
+            max_pending=max_pending,
+            max_batch=max_batch,
+            linger_s=linger_s,
+            name="trm-llm-sink",
         )
 
     def emit(self, source: str, event_type: str, data: Mapping[str, Any]) -> Awaitable[None] | None:
