@@ -186,16 +186,20 @@ def _address(kwargs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _decode(raw: dict[Any, Any], lease: Any) -> Snapshot:
-    fields = {_text(k): _text(v) for k, v in raw.items()}
-    state = fields.get("state", "closed")
-    if state not in ("closed", "open", "half_open"):
-        raise RedisError(f"corrupt breaker state {state!r} in Redis")
-    return Snapshot(
-        cast(BreakerState, state),
-        int(fields.get("failures", "0")),
-        float(fields.get("open_until", "0")),
-        None if lease is None else _text(lease),
-    )
+    """The snapshot stored in Redis; anything corrupt is a RedisError (so: degrade, not fail)."""
+    try:
+        fields = {_text(k): _text(v) for k, v in raw.items()}
+        state = fields.get("state", "closed")
+        if state not in ("closed", "open", "half_open"):
+            raise ValueError(f"unknown state {state!r}")
+        return Snapshot(
+            cast(BreakerState, state),
+            int(fields.get("failures", "0")),
+            float(fields.get("open_until", "0")),
+            None if lease is None else _text(lease),
+        )
+    except ValueError as exc:  # includes UnicodeDecodeError
+        raise RedisError(f"corrupt breaker state in Redis: {exc}") from exc
 
 
 def _text(value: Any) -> str:

@@ -270,3 +270,20 @@ async def test_a_dead_redis_degrades_and_the_shared_state_returns_with_it(
     server.default = normal(["back"])
     assert (await client.chat(USER)).content == "back"
     await breaker.aclose()
+
+
+@pytest.mark.redis
+async def test_a_corrupt_shared_state_degrades_rather_than_fails_the_call(
+    make_client: ClientFactory, sink: ListSink
+) -> None:
+    namespace = f"test:breaker:{uuid.uuid4().hex}"
+    check = redis.Redis(host="127.0.0.1", port=6379)
+    check.hset(f"{namespace}:sim:state", mapping={"state": "open", "failures": b"\xff\xfe"})
+    try:
+        breaker = _shared_breaker(6379, namespace, sink)
+        assert (await make_client(breaker=breaker).chat(USER)).content == "Hello, world"
+        assert "corrupt breaker state" in sink.of("breaker_degraded")[0]["detail"]
+        await breaker.aclose()
+    finally:
+        check.delete(f"{namespace}:sim:state")
+        check.close()
