@@ -65,7 +65,9 @@ class GroupCommitter(Generic[Item]):
         self._linger_s = linger_s
         self._name = name
         self._queue: collections.deque[_Entry[Item]] = collections.deque()
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        self._has_items = threading.Condition(lock)  # the writer waits on it
+        self._has_room = threading.Condition(lock)  # blocked producers wait on it
         self._thread: threading.Thread | None = None
         self._closed = False
 
@@ -78,17 +80,20 @@ class GroupCommitter(Generic[Item]):
         else:
             receipt = loop.create_future()
             receipt.add_done_callback(_retrieved)  # an unawaited failure is the sink's to log
-        with self._cond:
+        with self._has_items:
             if self._closed:
                 raise EventSinkError(f"{self._name} is closed: nothing more can be written")
             while loop is None and len(self._queue) >= self._max_pending:
-                self._cond.wait()
+                self._has_room.wait()
             self._queue.append(_Entry(item, receipt, loop))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
                 atexit.register(self.close)
-            self._cond.notify_all()
+            # Wake the writer only when it waits for a first item, or should stop lingering:
+            # one wake-up per batch, not one per item.
+            if len(self._queue) == 1 or len(self._queue) >= self._max_batch or item is None:
+                self._has_items.notify()
         return receipt
 
     async def flush(self) -> None:
@@ -97,11 +102,11 @@ class GroupCommitter(Generic[Item]):
 
     def close(self) -> None:
         """Write what is queued, then stop the thread (blocking; for threads and exit)."""
-        with self._cond:
+        with self._has_items:
             if self._closed:
                 return
             self._closed = True
-            self._cond.notify_all()
+            self._has_items.notify()
             thread = self._thread
         atexit.unregister(self.close)
         if thread is not None:
@@ -113,20 +118,20 @@ class GroupCommitter(Generic[Item]):
 
     def _run(self) -> None:
         while True:
-            with self._cond:
+            with self._has_items:
                 while not self._queue and not self._closed:
-                    self._cond.wait()
+                    self._has_items.wait()
                 if not self._queue:
                     return  # closed and drained
                 deadline = time.monotonic() + self._linger_s
                 while len(self._queue) < self._max_batch and not self._closed:
                     left = deadline - time.monotonic()
-                    if left <= 0:
+                    if left <= 0 or self._queue[-1].item is None:  # a flush: no lingering
                         break
-                    self._cond.wait(left)
+                    self._has_items.wait(left)
                 n = min(len(self._queue), self._max_batch)
                 batch = [self._queue.popleft() for _ in range(n)]
-                self._cond.notify_all()  # room for blocked producers
+                self._has_room.notify_all()
             self._settle(batch, self._written(batch))
 
     def _written(self, batch: list[_Entry[Item]]) -> list[BaseException | None]:
