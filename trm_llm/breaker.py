@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
+from trm_llm.errors import LLMConfigError
+
 if TYPE_CHECKING:
     import redis
     import redis.asyncio
@@ -103,9 +105,9 @@ class CircuitBreaker:
         sink: EventSink | None = None,
     ) -> None:
         if isinstance(fail_threshold, bool) or fail_threshold < 1:
-            raise ValueError(f"fail_threshold must be an int >= 1, got {fail_threshold!r}")
+            raise LLMConfigError(f"fail_threshold must be an int >= 1, got {fail_threshold!r}")
         if not cooldown_s >= 0 or not probe_timeout_s > 0:
-            raise ValueError("cooldown_s must be >= 0 and probe_timeout_s > 0")
+            raise LLMConfigError("cooldown_s must be >= 0 and probe_timeout_s > 0")
         self.fail_threshold = fail_threshold
         self.cooldown_s = cooldown_s
         self.probe_timeout_s = probe_timeout_s

@@ -28,6 +28,7 @@ import redis.asyncio
 from redis.exceptions import RedisError, WatchError
 
 from trm_llm.breaker import BreakerState, MemoryStore, Snapshot, Update
+from trm_llm.errors import LLMConfigError
 from trm_llm.protocols import EventSink
 
 __all__ = ["BREAKER_EVENT_SOURCE", "RedisStore"]
@@ -52,7 +53,7 @@ class RedisStore:
         sink: EventSink | None,
     ) -> None:
         if not timeout_s > 0 or not retry_s >= 0:
-            raise ValueError("redis_timeout_s must be > 0 and redis_retry_s >= 0")
+            raise LLMConfigError("redis_timeout_s must be > 0 and redis_retry_s >= 0")
         self._address = _address(client.connection_pool.connection_kwargs)
         self._namespace = namespace
         self._lease_ms = max(1, round(probe_timeout_s * 1000))

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from trm_llm.errors import EventSinkError
+from trm_llm.errors import EventSinkError, LLMConfigError
 
 __all__ = ["GroupCommitter", "Receipt"]
 
@@ -58,7 +58,7 @@ class GroupCommitter(Generic[Item]):
         name: str,
     ) -> None:
         if max_pending < 1 or max_batch < 1 or not linger_s >= 0:
-            raise ValueError("max_pending and max_batch must be >= 1, linger_s >= 0")
+            raise LLMConfigError("max_pending and max_batch must be >= 1, linger_s >= 0")
         self._write = write
         self._max_pending = max_pending
         self._max_batch = max_batch
