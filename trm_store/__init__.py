@@ -11,6 +11,9 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from trm_store.bootstrap import (
+        open_store,
+    )
     from trm_store.domain.baseline import (
         BaselineCache,
         BaselineOutcome,
@@ -77,7 +80,6 @@ if TYPE_CHECKING:
     )
     from trm_store.store import (
         Store,
-        open_store,
     )
     from trm_store.vocabulary import (
         INFRA_STOP_REASONS,
@@ -115,7 +117,7 @@ _EXPORTS: dict[str, str] = {
     "export_manifest": "trm_store.domain.manifest_file",
     "get_manifest": "trm_store.domain.workspace",
     "mark_stale_runs": "trm_store.domain.run_leases",
-    "open_store": "trm_store.store",
+    "open_store": "trm_store.bootstrap",
     "read_diagnoses": "trm_store.domain.diagnosis",
     "read_dual_metric": "trm_store.domain.metrics",
     "record_diagnosis": "trm_store.domain.diagnosis",

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from trm_store.bootstrap import open_store
 from trm_store.cli_common import int_in_range, progress_bar, report_console
 from trm_store.domain._common import check_id
-from trm_store.store import open_store
 
 if TYPE_CHECKING:
     from trm_llm import GovernedLLMClient, LLMSettings

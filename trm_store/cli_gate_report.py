@@ -19,9 +19,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from trm_store.bootstrap import open_store
 from trm_store.cli_common import report_console
 from trm_store.domain.gates import BLOCK_EVALUATED, DECIDED, STARTED, UnknownGateError, gate_stream
-from trm_store.store import Store, open_store
+from trm_store.store import Store
 
 __all__ = ["add_parser", "gate_report", "load_report", "run"]
 

@@ -17,10 +17,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from trm_store.bootstrap import open_store
 from trm_store.cli_common import report_console
 from trm_store.domain.errors import UnknownEntityError
 from trm_store.domain.llm_calls import llm_calls, llm_stats
-from trm_store.store import Store, open_store
+from trm_store.store import Store
 
 __all__ = ["add_parser", "percentile", "run", "source_stats"]
 

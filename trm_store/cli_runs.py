@@ -18,12 +18,13 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import func, select
 
+from trm_store.bootstrap import open_store
 from trm_store.cli_common import report_console
 from trm_store.domain._common import as_utc
 from trm_store.domain.run_leases import mark_stale_runs, stale_runs
 from trm_store.domain.runs import PROJECTION
 from trm_store.schema import RUN_LEASES
-from trm_store.store import Store, open_store
+from trm_store.store import Store
 
 __all__ = ["DEFAULT_STALE_AFTER_S", "add_parser", "list_runs", "run"]
 

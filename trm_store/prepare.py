@@ -7,14 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from trm_store.errors import EventValidationError
-from trm_store.events import (
-    JsonText,
-    NewEvent,
-    check_event_id,
-    dumps_json,
-    event_type,
-    new_event_id,
-)
+from trm_store.event_ids import check_event_id, new_event_id
+from trm_store.event_types import event_type
+from trm_store.events import NewEvent
+from trm_store.json_codec import JsonText, dumps_json
 
 __all__ = [
     "STREAM_ID_MAX",

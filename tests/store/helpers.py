@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import sys
 from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
@@ -60,6 +62,30 @@ class Totals(Projection):
 
 
 TOTALS = {"test_totals": Totals()}
+
+
+class GcProbe(Projection):
+    """Writes nothing; notes whether Python's cyclic GC is on each time it applies a batch (and
+    prints it to stderr when `report`, for a child process)."""
+
+    name = "test_gc_probe"
+    version = 1
+    event_types = frozenset({"test.added"})
+
+    def __init__(self, *, report: bool = False) -> None:
+        self.report = report
+        self.seen: list[bool] = []
+
+    def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
+        table = Table(f"test_gc_probe{suffix}", metadata, Column("k", Integer, primary_key=True))
+        return {"probe": table}
+
+    def apply(
+        self, conn: Connection, tables: Mapping[str, Table], events: Sequence[RecordedEvent]
+    ) -> None:
+        self.seen.append(gc.isenabled())
+        if self.report:
+            print(f"gc-enabled={gc.isenabled()}", file=sys.stderr, flush=True)
 
 
 def added(amount: int, **kwargs: object) -> NewEvent:

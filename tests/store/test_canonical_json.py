@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trm_store.errors import EventValidationError
-from trm_store.events import dumps_json, loads_json
+from trm_store.json_codec import dumps_json, loads_json
 
 STORABLE_TEXT = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"))
 """Valid Unicode without NUL: what every backend can store."""

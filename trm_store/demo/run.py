@@ -38,7 +38,9 @@ from trm_llm import (
     SqliteResponseCache,
     StoreEventSink,
 )
+from trm_store.bootstrap import open_store
 from trm_store.cli_gate_report import load_report
+from trm_store.connect import default_url
 from trm_store.demo.arms import BreakerWait, DemoArm, Requeue
 from trm_store.demo.faults import FaultPlan
 from trm_store.demo.model import SimulatedModel
@@ -63,7 +65,7 @@ from trm_store.domain.workspace import (
     update_best,
     update_manifest,
 )
-from trm_store.store import Store, default_url, open_store
+from trm_store.store import Store
 
 DEMO_RETRY = RetryPolicy(
     max_attempts=6, base_delay_s=0.05, max_delay_s=0.5, deadline_s=30.0, retry_after_cap_s=2.0
