@@ -84,23 +84,29 @@ def _refuses(encode: Encode, value: Any, error: type[Exception]) -> bool:
     return False
 
 
-def choose_encoder(make_encoder: Any, reference: Encode = _CANONICAL.encode) -> Encode:
-    """The C encoder built once from `make_encoder` when it writes exactly what `reference` (the
-    public encoder) writes and refuses what it refuses; otherwise `reference` itself.
+def _pure_python(value: Any) -> str:
+    """The public encoder's own Python implementation (`iterencode` without `_one_shot` never
+    takes the C path): what the C encoder is checked against."""
+    return "".join(_CANONICAL.iterencode(value))
+
+
+def choose_encoder(make_encoder: Any, reference: Encode = _pure_python) -> Encode:
+    """The C encoder built once from `make_encoder` when it writes exactly what `reference` writes
+    and refuses what it refuses; otherwise the public encoder, `_CANONICAL.encode`.
 
     Run once at import on `json.encoder.c_make_encoder`, a private interpreter function whose
     arguments could change in a Python upgrade: a changed one costs speed, never a different text.
     """
     if make_encoder is None:
-        return reference
+        return _CANONICAL.encode
     try:
         fast = _c_encoder(make_encoder)
         same = all(fast(value) == reference(value) for value in _PROBE_TEXTS) and all(
             _refuses(fast, value, error) for value, error in _PROBE_ERRORS
         )
     except Exception:  # any failure of the private encoder means: do not use it
-        return reference
-    return fast if same else reference
+        return _CANONICAL.encode
+    return fast if same else _CANONICAL.encode
 
 
 _encode = choose_encoder(c_make_encoder)

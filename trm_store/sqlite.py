@@ -179,8 +179,8 @@ class SqliteBackend:
             return StoreError(
                 f"{self.describe()} stayed locked past the busy timeout: {error.orig}"
             )
-        if code == sqlite3.SQLITE_CONSTRAINT_TRIGGER:  # a RAISE(ABORT): the log's own triggers
-            return StoreError(f"the event log is append-only: {error.orig}")
+        if code == sqlite3.SQLITE_CONSTRAINT_TRIGGER:  # RAISE(ABORT), as the log's triggers do
+            return StoreError(f"a trigger refused the write: {error.orig}")
         return None
 
     def describe(self) -> str:

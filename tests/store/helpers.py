@@ -28,6 +28,14 @@ class Totals(Projection):
     version = 1
     event_types = frozenset({"test.added"})
 
+    def extra_columns(self) -> list[Column[int]]:
+        """Columns a later version adds (none here)."""
+        return []
+
+    def extra_values(self, total: int) -> dict[str, int]:
+        """Their values for a stream at `total`."""
+        return {}
+
     def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
         return {
             "totals": Table(
@@ -37,6 +45,7 @@ class Totals(Projection):
                 Column("total", Integer, nullable=False),
                 Column("count", Integer, nullable=False),
                 Column("last_position", Integer, nullable=False),
+                *self.extra_columns(),
             )
         }
 
@@ -48,10 +57,12 @@ class Totals(Projection):
             row = conn.execute(
                 select(table.c.total, table.c.count).where(table.c.stream_id == event.stream_id)
             ).first()
+            total = (row.total if row else 0) + event.data["amount"]
             values = {
-                "total": (row.total if row else 0) + event.data["amount"],
+                "total": total,
                 "count": (row.count if row else 0) + 1,
                 "last_position": event.position,
+                **self.extra_values(total),
             }
             if row is None:
                 conn.execute(table.insert().values(stream_id=event.stream_id, **values))
