@@ -36,7 +36,7 @@ from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from trm_store import json_codec
+from trm_store import json_codec, open_store
 from trm_store.events import RecordedEvent, recorded_event
 from trm_store.sqlite_dialect import TransactionalSqliteDialect, register_dialect
 
@@ -49,10 +49,14 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
     engine.dispose()
 
 
-def test_has_events_flags(engine: Engine) -> None:
+def test_has_events_flags(engine: Engine, tmp_path: Path) -> None:
     why = "SQLAlchemy's private `_has_events` flags changed: trm_store.driver._send tests them"
     with engine.connect() as conn:
         assert conn._has_events is False and engine._has_events is False, why
+    with open_store(f"sqlite:///{tmp_path / 'store.db'}", projections={}) as store:
+        assert store._backend.engine._has_events is False, (  # its pool listener is no engine's
+            "a store's SQLite engine has connection event checks on: every append pays for them"
+        )
     event.listen(engine, "before_cursor_execute", lambda *a: None)
     with engine.connect() as conn:
         assert engine._has_events is True, why

@@ -10,6 +10,8 @@ front (`trm_store/__init__.py`) is left out: it names every public module withou
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -111,3 +113,19 @@ def test_each_module_opens_with_a_docstring_and_stays_small(name: str) -> None:
     assert docstring, f"{name} has no docstring saying its job"
     if not name.startswith("trm_store.domain"):  # the domain's sizes are the domain's
         assert len(path.read_text().splitlines()) <= 300, f"{name} is over 300 lines"
+
+
+def test_only_opening_a_store_loads_the_domain() -> None:
+    """At run time too: the facade and the core load no domain module; `open_store` loads all."""
+    program = """
+import sys, tempfile
+import trm_store.store, trm_store.append, trm_store.projection_rebuild
+loaded = sorted(m for m in sys.modules if m.startswith("trm_store.domain"))
+assert loaded == [], loaded
+from trm_store import open_store
+with tempfile.TemporaryDirectory() as d:
+    open_store(f"sqlite:///{d}/t.db").close()
+assert "trm_store.domain.runs" in sys.modules
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
