@@ -72,7 +72,7 @@ def test_cursor_event_listeners_see_each_statement_sent(engine: Engine) -> None:
     event.listen(engine, "after_cursor_execute", after)
     with engine.begin() as conn:
         execute_many(conn, INSERT, [{"k": 1, "v": "a"}, {"k": 2, "v": "b"}])
-    sql = INSERT.compiled(engine.dialect).sql
+    sql, _, _ = INSERT.compiled(engine.dialect)
     assert [(w, s, m) for w, s, _, m in seen] == [("before", sql, True), ("after", sql, True)]
 
 
@@ -87,12 +87,12 @@ def test_listeners_on_one_connection_see_its_statements_only(engine: Engine) -> 
         execute(listened, INSERT, {"k": 1, "v": "a"})
     with engine.begin() as other:
         execute(other, INSERT, {"k": 2, "v": "b"})
-    assert seen == [INSERT.compiled(engine.dialect).sql]
+    assert seen == [INSERT.compiled(engine.dialect)[0]]
 
 
 def test_the_sql_is_compiled_once_per_dialect_in_its_paramstyle(engine: Engine) -> None:
     sql, bind, _ = INSERT.compiled(engine.dialect)
-    assert INSERT.compiled(engine.dialect).sql is sql
+    assert INSERT.compiled(engine.dialect)[0] is sql
     params = {"v": "x", "k": 1}
     if engine.dialect.name == "sqlite":
         assert (sql, bind(params)) == ("INSERT INTO t (k, v) VALUES (?, ?)", (1, "x"))

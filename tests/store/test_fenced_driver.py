@@ -94,11 +94,11 @@ def test_only_sqlite_takes_the_fast_path(store_url: str) -> None:
             handled.append(context.statement or "")
 
         broken = DriverSql("SELECT no_such_column FROM events")
-        on_cursor = broken.compiled(engine.dialect).on_cursor
+        sql, _, on_cursor = broken.compiled(engine.dialect)
         assert on_cursor is (store.dialect == "sqlite")
         with pytest.raises(DBAPIError), engine.connect() as conn:
             fetch_all(conn, broken, {})
-        assert handled == ([] if on_cursor else [broken.compiled(engine.dialect).sql])
+        assert handled == ([] if on_cursor else [sql])
 
 
 def test_the_dialect_is_registered_once_where_the_backend_is_built(tmp_path: Path) -> None:
