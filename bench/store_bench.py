@@ -60,6 +60,7 @@ from store_reference import (
 import trm_store
 from trm_store import open_store
 from trm_store.backend import Durability
+from trm_store.projection_rebuild import paused_cyclic_gc
 
 # -- timing -------------------------------------------------------------------------------------
 
@@ -185,7 +186,8 @@ def rebuild_child(side: str, path: Path, canonical: bool) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     if store is not None:
-        applied = store.rebuild_projections()["runs"]
+        with paused_cyclic_gc():  # as `trm replay-projections` runs it
+            applied = store.rebuild_projections()["runs"]
         store.close()
     else:
         applied = raw_rebuild(path, canonical)

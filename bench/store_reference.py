@@ -26,7 +26,7 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 
 from trm_store import RecordedEvent, domain, register_event_type
 from trm_store.backend import Durability
-from trm_store.events import event_type
+from trm_store.event_types import event_type
 from trm_store.projections import registered_projections
 
 # -- the workload -------------------------------------------------------------------------------

@@ -19,8 +19,7 @@ def _run(connection: Connection) -> None:
 
 
 def _run_from_cli() -> None:
-    from trm_store.backend import create_backend
-    from trm_store.store import default_url
+    from trm_store.connect import create_backend, default_url
 
     backend = create_backend(default_url(None), read_only=False, durability="normal")
     with backend.write_transaction() as connection:

@@ -11,6 +11,9 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from trm_store.bootstrap import (
+        open_store,
+    )
     from trm_store.domain.baseline import (
         BaselineCache,
         BaselineOutcome,
@@ -93,7 +96,6 @@ if TYPE_CHECKING:
     )
     from trm_store.store import (
         Store,
-        open_store,
     )
     from trm_store.vocabulary import (
         INFRA_STOP_REASONS,
@@ -140,7 +142,7 @@ _EXPORTS: dict[str, str] = {
     "list_runs": "trm_store.domain.run_list",
     "llm_stats": "trm_store.domain.llm_calls.stats",
     "mark_stale_runs": "trm_store.domain.run_leases",
-    "open_store": "trm_store.store",
+    "open_store": "trm_store.bootstrap",
     "read_diagnoses": "trm_store.domain.diagnosis",
     "read_dual_metric": "trm_store.domain.metrics",
     "read_gate_report": "trm_store.domain.gate_report",

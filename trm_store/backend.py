@@ -1,32 +1,25 @@
-"""What the store needs from a database, and the choice of backend from a URL.
+"""What the store needs from a database (`Backend`), and the one translation of its errors into
+the store's typed ones.
 
 Each backend (`sqlite`, `postgres`) wraps one database's way to serialise writers, so that global
-positions are assigned in commit order and readers following the log never skip an event.
+positions are assigned in commit order and readers following the log never skip an event. Which
+backend a URL gets is `trm_store.connect`'s job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Literal, Protocol
 
-from sqlalchemy import Connection, Engine, Table, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy import Connection, Engine, Table
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from trm_store.driver import DriverSql
 from trm_store.errors import StoreError
-from trm_store.schema import EVENT_COLUMNS
 
-__all__ = ["INSERT_EVENTS", "Backend", "Durability", "create_backend", "normalise_url"]
+__all__ = ["Backend", "Durability", "reading", "store_error", "writing"]
 
 Durability = Literal["normal", "full"]
-
-INSERT_EVENTS = DriverSql(
-    f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) "
-    f"VALUES ({', '.join(':' + name for name in EVENT_COLUMNS)})"
-)
-"""The event rows of an append, sent straight to the driver with one `executemany`: JSON
-already serialised, `recorded_at` through its column type's `bind_processor`."""
 
 
 class Backend(Protocol):
@@ -56,30 +49,31 @@ class Backend(Protocol):
         """Where the data lives, for messages (never a password)."""
 
 
-def normalise_url(url: str) -> str:
-    """Accept plain `postgresql://` URLs by selecting the psycopg 3 driver we ship with."""
-    for prefix in ("postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix) :]
-    return url
+def store_error(backend: Backend, error: SQLAlchemyError) -> StoreError:
+    """The StoreError for a database error: the backend's typed one, else a plain StoreError
+    naming the store (every store method raises these, never SQLAlchemy's own)."""
+    typed = backend.translate(error)
+    if typed is not None:
+        return typed
+    detail = error.orig if isinstance(error, DBAPIError) else error
+    return StoreError(f"database error on {backend.describe()}: {detail}")
 
 
-def create_backend(url: str, *, read_only: bool, durability: Durability) -> Backend:
-    """The backend for `url` (sqlite or postgresql)."""
-    if durability not in ("normal", "full"):
-        raise StoreError(f"durability must be 'normal' or 'full', got {durability!r}")
+@contextmanager
+def reading(backend: Backend, lock: Sequence[Table] = ()) -> Iterator[Connection]:
+    """`backend.read_transaction(lock)`, its database errors raised as StoreErrors."""
     try:
-        parsed = make_url(normalise_url(url))
-    except ArgumentError as e:
-        raise StoreError(f"not a database URL: {e}") from e
-    if parsed.get_backend_name() == "sqlite":
-        from trm_store.sqlite import SqliteBackend
+        with backend.read_transaction(lock) as conn:
+            yield conn
+    except SQLAlchemyError as e:
+        raise store_error(backend, e) from e
 
-        return SqliteBackend(parsed, read_only=read_only, durability=durability)
-    if parsed.get_backend_name() == "postgresql":
-        from trm_store.postgres import PostgresBackend
 
-        return PostgresBackend(parsed, read_only=read_only)
-    raise StoreError(
-        f"unsupported database {parsed.get_backend_name()!r}: use sqlite or postgresql"
-    )
+@contextmanager
+def writing(backend: Backend) -> Iterator[Connection]:
+    """`backend.write_transaction()`, its database errors raised as StoreErrors."""
+    try:
+        with backend.write_transaction() as conn:
+            yield conn
+    except SQLAlchemyError as e:
+        raise store_error(backend, e) from e

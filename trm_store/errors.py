@@ -1,11 +1,32 @@
-"""The store's exception tree; driver errors are translated at the backend boundary only.
+"""The exception tree of `trm_store`: every error the store (and its domain) raises on purpose.
 
-StoreError
- ├── ConcurrencyError        a stream was not at the expected version; nothing was written
- ├── ReadOnlyStoreError      a write was attempted on a store opened read_only=True
- ├── SchemaVersionError      the database is not at the migration head (run `alembic upgrade head`)
- ├── EventValidationError    an event did not validate against its registered model; nothing written
- └── StaleProjectionError    a read model is behind the log (run `trm replay-projections`)
+Driver errors are translated at the backend boundary only (`trm_store.backend.store_error`): a
+store method never lets SQLAlchemy's or the driver's own exceptions out. A plain `StoreError`
+is a database failure (connection lost, disk full, locked past the busy timeout, corrupt file,
+a trigger's refusal); its message names the store and the cause.
+
+StoreError                             the database failed, or the base of every error below
+ ├── ConcurrencyError                  a stream was not at the expected version; nothing written
+ ├── ReadOnlyStoreError                a write on a store opened read_only=True, or a read-only db
+ ├── SchemaVersionError                the database is not at the migration head (`alembic upgrade`)
+ ├── StaleProjectionError              a read model is behind the log (`trm replay-projections`)
+ ├── EventValidationError              an event (data, meta, type, id) is invalid; nothing written
+ │    └── DomainInputError             domain: a facade argument is invalid (empty id, NaN, type)
+ │         ├── InfraOutcomeError       domain: BaselineCache.put of a unit with an INFRA question
+ │         └── DiagnoseInputError      domain: `trm diagnose` items, template or tiers unusable
+ ├── DomainConflictError               domain: the command contradicts what the log holds
+ │    ├── WorkspaceExistsError         scaffold_workspace of a workspace that exists
+ │    ├── DuplicateFinalMetricError    a second `final` dual metric for (run, epoch, pool)
+ │    └── RunStateError                a RunLog used outside its `with` block, or read-only
+ └── UnknownEntityError                domain: the thing asked for was never recorded
+      ├── UnknownWorkspaceError
+      ├── UnknownRunError
+      ├── UnknownGateError
+      ├── UnknownCallError
+      └── UnknownLLMSourceError   no call or breaker change was recorded for this source
+
+The classes marked `domain` and their subclasses are defined in `trm_store.domain.errors`; the
+others here. `tests/store/test_exception_tree.py` keeps this drawing equal to the classes.
 """
 
 from __future__ import annotations

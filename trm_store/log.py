@@ -9,7 +9,9 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, text
 
 from trm_store.driver import DriverSql, fetch_all
-from trm_store.events import RecordedEvent, loads_json, recorded_event, registered_event_types
+from trm_store.event_types import registered_event_types
+from trm_store.events import RecordedEvent, recorded_event
+from trm_store.json_codec import loads_json
 from trm_store.schema import EVENT_COLUMNS
 
 __all__ = [

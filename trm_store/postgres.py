@@ -15,7 +15,7 @@ from sqlalchemy.exc import DBAPIError, ProgrammingError
 
 from trm_store.driver import DriverSql, execute
 from trm_store.errors import ReadOnlyStoreError, StoreError
-from trm_store.events import serialize_json
+from trm_store.json_codec import serialize_json
 
 __all__ = ["PostgresBackend"]
 

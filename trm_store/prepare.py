@@ -7,14 +7,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from trm_store.errors import EventValidationError
-from trm_store.events import (
-    JsonText,
-    NewEvent,
-    check_event_id,
-    dumps_json,
-    event_type,
-    new_event_id,
-)
+from trm_store.event_ids import check_event_id, new_event_id
+from trm_store.event_types import event_type
+from trm_store.events import NewEvent
+from trm_store.json_codec import JsonText, dumps_json
+from trm_store.vocabulary import ID_MAX, id_problem
 
 __all__ = [
     "STREAM_ID_MAX",
@@ -27,7 +24,7 @@ __all__ = [
     "storable",
 ]
 
-STREAM_ID_MAX = 255
+STREAM_ID_MAX = ID_MAX
 AppendItem = tuple[str, Sequence[NewEvent], int | None]
 """(stream_id, events, expected_version) for `Store.append_batch`."""
 
@@ -153,17 +150,17 @@ def prepared_append(
 
 
 def _check_target(stream_id: object, expected_version: object) -> None:
-    """Refuse a stream id no backend can store and an expected_version that is not one."""
-    if (
-        not isinstance(stream_id, str)
-        or not stream_id.strip()
-        or len(stream_id) > STREAM_ID_MAX
-        or not storable(stream_id)
-    ):
-        raise EventValidationError(
-            f"stream_id must be a non-blank string of at most {STREAM_ID_MAX} characters,"
-            " valid Unicode without NUL"
-        )
+    """Refuse a stream id no backend can store and an expected_version that is not one.
+
+    A stream id is an id (`trm_store.vocabulary.id_problem`) that may hold control characters,
+    kept verbatim, but not what no backend stores: NUL, or text that is not valid Unicode.
+    """
+    problem = id_problem(stream_id, STREAM_ID_MAX, printable=False)
+    if problem is not None:
+        raise EventValidationError(f"stream_id {problem}")
+    assert isinstance(stream_id, str)  # id_problem refuses anything else
+    if not storable(stream_id):
+        raise EventValidationError("stream_id must be valid Unicode without NUL")
     if expected_version is not None and (
         isinstance(expected_version, bool)
         or not isinstance(expected_version, int)

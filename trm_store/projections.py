@@ -1,8 +1,9 @@
 """Projections: read models derived from the events only.
 
 A projection declares its tables and how a batch of events changes them. The store applies it
-inline, in the append's transaction; the runner (`projection_runner`) catches it up or rebuilds it
-into scratch tables, so the same `apply` serves live updates, recovery and verification.
+inline, in the append's transaction (`projection_runner`, which also catches it up), or rebuilds it
+into scratch tables (`projection_rebuild`): the same `apply` serves live updates, recovery and
+verification.
 
 Rules for a projection:
 - every table and index name it defines ends with the `suffix` it is given (scratch copies differ

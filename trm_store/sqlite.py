@@ -13,15 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import URL, Connection, Engine, Table, create_engine, event
-from sqlalchemy.dialects import registry
-from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import DBAPIError
 
 from trm_store.backend import Durability
 from trm_store.driver import DriverSql, execute
 from trm_store.errors import ReadOnlyStoreError, StoreError
-from trm_store.events import serialize_json
+from trm_store.json_codec import serialize_json
+from trm_store.sqlite_dialect import register_dialect
 from trm_store.writer_connections import WriterConnections
 
 __all__ = ["SqliteBackend"]
@@ -31,29 +30,6 @@ _BEGIN_IMMEDIATE = DriverSql("BEGIN IMMEDIATE")
 _COMMIT = DriverSql("COMMIT")
 _WRITING = "trm_writing"
 """Marks a writer connection (in its `info`) while its write transaction is open."""
-
-
-class TransactionalSqliteDialect(SQLiteDialect_pysqlite):
-    """pysqlite whose every SQLAlchemy transaction is a real SQLite one, begun by `BEGIN`.
-
-    sqlite3 (before Python 3.12) begins transactions only before DML, so a read would see no
-    snapshot. SQLAlchemy's documented fix is a `begin` event listener; this is the same `BEGIN`,
-    sent by the dialect's `do_begin` instead. A connection event listener switches SQLAlchemy's
-    event checks on for every statement of the engine (and `trm_store.driver` keeps to the same
-    test): with none, an append's statements skip them.
-    """
-
-    supports_statement_cache = True
-
-    def do_begin(self, dbapi_connection: DBAPIConnection) -> None:
-        # A writer's transaction has begun already (BEGIN IMMEDIATE, sent on the driver).
-        if not dbapi_connection.in_transaction:
-            cursor = dbapi_connection.cursor()
-            cursor.execute("BEGIN")
-            cursor.close()
-
-
-registry.register("sqlite.trm", __name__, TransactionalSqliteDialect.__name__)
 
 
 def _refuse_attach(action: int, *_args: object) -> int:
@@ -137,6 +113,7 @@ class SqliteBackend:
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             engine_url = f"sqlite+trm:///{self.path}"
+        register_dialect()
         self.engine: Engine = create_engine(
             engine_url,
             connect_args={"timeout": BUSY_TIMEOUT_MS / 1000},
@@ -185,21 +162,25 @@ class SqliteBackend:
             yield conn
 
     def translate(self, error: Exception) -> StoreError | None:
+        """By SQLite's own result code (`sqlite_errorcode`), never by the message's words."""
         if not isinstance(error, DBAPIError):
             return None
-        message = str(error.orig).lower()
-        if "readonly" in message or "read-only" in message:
+        code = getattr(error.orig, "sqlite_errorcode", None)
+        if code is None:
+            return None
+        primary = code & 0xFF  # an extended result code carries its primary one in its low byte
+        if primary == sqlite3.SQLITE_READONLY:
             return ReadOnlyStoreError(f"store {self.describe()} is read-only: {error.orig}")
-        if "disk is full" in message or "database or disk is full" in message:
+        if primary == sqlite3.SQLITE_FULL:
             return StoreError(f"disk full writing {self.describe()}: nothing was written")
-        if "malformed" in message or "not a database" in message:
+        if primary in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
             return StoreError(f"{self.describe()} is corrupt or not a trm store: {error.orig}")
-        if "locked" in message or "busy" in message:
+        if primary in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
             return StoreError(
                 f"{self.describe()} stayed locked past the busy timeout: {error.orig}"
             )
-        if "append-only" in message:
-            return StoreError(f"the event log is append-only: {error.orig}")
+        if code == sqlite3.SQLITE_CONSTRAINT_TRIGGER:  # RAISE(ABORT), as the log's triggers do
+            return StoreError(f"a trigger refused the write: {error.orig}")
         return None
 
     def describe(self) -> str:

@@ -1,7 +1,8 @@
-"""The event store: append, read, and the projections kept equal to the log.
+"""The event store's facade, `Store`: append, read, query projections, rebuild and verify them.
 
-`open_store` is the one bootstrap: it builds the backend, verifies (or creates) the schema and, on a
-writable open, brings every projection up to date.
+Every method checks its arguments and hands the work to the module whose job it is: validation
+(`prepare`), the append (`append`), log reads (`log`), projections (`projection_runner`,
+`projection_rebuild`). `trm_store.bootstrap.open_store` builds one.
 """
 
 from __future__ import annotations
@@ -9,52 +10,31 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from datetime import UTC, datetime
-from types import TracebackType
-from typing import Any, Self
+from contextlib import AbstractContextManager, contextmanager
+from typing import Self
 
 from sqlalchemy import Connection, Table
-from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
-from trm_store import domain
-from trm_store.backend import INSERT_EVENTS, Backend, Durability, create_backend
-from trm_store.driver import bind_processor, execute_many
-from trm_store.errors import (
-    ConcurrencyError,
-    EventValidationError,
-    StaleProjectionError,
-    StoreError,
-)
-from trm_store.events import NewEvent, RecordedEvent, recorded_event
-from trm_store.log import events_after, events_by_id, head, heads, stream_events, stream_head
-from trm_store.migrate import ensure_schema
+from trm_store.append import Appender
+from trm_store.backend import Backend, reading, store_error, writing
+from trm_store.errors import EventValidationError, StaleProjectionError
+from trm_store.events import NewEvent, RecordedEvent
+from trm_store.log import events_after, head, stream_events
 from trm_store.prepare import (
     AppendItem,
     AppendPreparer,
-    PreparedAppend,
     PreparedEvent,
     check_items,
     prepared_append,
 )
+from trm_store.projection_rebuild import rebuild, verify
 from trm_store.projection_runner import Progress, ProjectionSet, require_known
-from trm_store.projections import Projection, registered_projections
-from trm_store.schema import EVENTS
+from trm_store.projections import Projection
 
-__all__ = ["AppendItem", "Store", "default_url", "open_store"]
-
-DEFAULT_URL = "sqlite:///trm.db"
+__all__ = ["AppendItem", "Store"]
 
 REPLAY_HINT = "run `trm replay-projections --db URL` (or open the store writable once)"
-
-
-def default_url(url: str | None) -> str:
-    """`url`, else TRM_STORE_URL, else ./trm.db."""
-    return url or os.environ.get("TRM_STORE_URL") or DEFAULT_URL
-
-
-class _EventIdTaken(Exception):
-    """An event id of the append is in the log already; the transaction rolled back."""
 
 
 class Store:
@@ -67,7 +47,7 @@ class Store:
         self._projections = ProjectionSet(projections)
         self._batch_size = batch_size
         self._prepare = AppendPreparer({"host": socket.gethostname(), "pid": os.getpid()})
-        self._stored_time = bind_processor(EVENTS.c.recorded_at, backend.engine.dialect)
+        self._append = Appender(backend, self._projections).append
 
     # -- properties -----------------------------------------------------------------------------
 
@@ -131,110 +111,12 @@ class Store:
         """
         return self._append([prepared_append(stream_id, events, expected_version)])
 
-    def _append(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent]:
-        try:
-            with self._backend.append_transaction() as conn:
-                return self._append_locked(conn, prepared)
-        except SQLAlchemyError as e:
-            raise self._translate(e) from e
-        except (ConcurrencyError, _EventIdTaken) as e:
-            # Optimistic idempotence: only a failed append pays for looking its ids up.
-            recorded = self._already_recorded(prepared)
-            if recorded is not None:
-                return recorded
-            if isinstance(e, ConcurrencyError):
-                raise
-            raise EventValidationError(
-                "some of these event ids are recorded already: a retried append must resend "
-                "exactly the same events"
-            ) from None
-
-    def _already_recorded(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent] | None:
-        """The recorded events if every caller-given id of this append is in the log, else None.
-
-        Raises EventValidationError when only some of them are.
-        """
-        if not any(p.ids_given for p in prepared):
-            return None
-        ids = [e.event_id for p in prepared for e in p.events]
-        with self._reading() as conn:
-            found = events_by_id(conn, ids)
-        if not found:
-            return None
-        if len(found) < len(ids):
-            raise EventValidationError(
-                f"{len(found)} of {len(ids)} event ids are recorded already: a retried append "
-                "must resend exactly the same events"
-            )
-        return [found[eid] for eid in ids]
-
-    @contextmanager
-    def write_transaction(self) -> Iterator[Connection]:
+    def write_transaction(self) -> AbstractContextManager[Connection]:
         """A transaction holding the store's writer lock (for domain tables outside the log).
 
         Driver errors come out as typed StoreErrors, as from every other store method.
         """
-        try:
-            with self._backend.write_transaction() as conn:
-                yield conn
-        except SQLAlchemyError as e:
-            raise self._translate(e) from e
-
-    def _append_locked(
-        self, conn: Connection, prepared: Sequence[PreparedAppend]
-    ) -> list[RecordedEvent]:
-        previous_head, first_version = heads(conn, prepared[0].stream_id)
-        position = previous_head
-        versions: dict[str, int] = {prepared[0].stream_id: first_version}
-        now = datetime.now(UTC)
-        stored_now = now if self._stored_time is None else self._stored_time(now)
-        rows: list[dict[str, Any]] = []
-        recorded: list[RecordedEvent] = []
-        for item in prepared:
-            stream_id = item.stream_id
-            if stream_id not in versions:
-                versions[stream_id] = stream_head(conn, stream_id)
-            current = versions[stream_id]
-            if item.expected_version is not None and item.expected_version != current:
-                raise ConcurrencyError(stream_id, item.expected_version, current)
-            for event in item.events:
-                position += 1
-                current += 1
-                rows.append(
-                    {
-                        "position": position,
-                        "event_id": event.event_id,
-                        "stream_id": stream_id,
-                        "stream_version": current,
-                        "type": event.type,
-                        "schema_version": event.schema_version,
-                        "data": event.data_json,
-                        "meta": event.meta_json,
-                        "recorded_at": stored_now,
-                    }
-                )
-                recorded.append(
-                    recorded_event(
-                        position,
-                        event.event_id,
-                        stream_id,
-                        current,
-                        event.type,
-                        event.schema_version,
-                        event.data,
-                        event.meta,
-                        now,
-                    )
-                )
-            versions[stream_id] = current
-        try:
-            execute_many(conn, INSERT_EVENTS, rows)
-        except IntegrityError as e:
-            if "event_id" in str(e.orig):
-                raise _EventIdTaken from e
-            raise
-        self._projections.apply_inline(conn, previous_head, position, recorded)
-        return recorded
+        return writing(self._backend)
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -298,13 +180,8 @@ class Store:
         with self._reading(lock) as conn:
             yield conn, tables
 
-    @contextmanager
-    def _reading(self, lock: Sequence[Table] = ()) -> Iterator[Connection]:
-        try:
-            with self._backend.read_transaction(lock) as conn:
-                yield conn
-        except SQLAlchemyError as e:
-            raise self._translate(e) from e
+    def _reading(self, lock: Sequence[Table] = ()) -> AbstractContextManager[Connection]:
+        return reading(self._backend, lock)
 
     # -- projections ----------------------------------------------------------------------------
 
@@ -313,7 +190,7 @@ class Store:
         up the ones behind the log. Returns name -> events applied."""
         with self._reading() as conn:
             to_rebuild = self._projections.needing_rebuild(conn)
-        applied = self._projections.rebuild(self.write_transaction, to_rebuild, self._batch_size)
+        applied = self._rebuild(to_rebuild, None)
         applied.update(self._projections.catch_up(self.write_transaction, self._batch_size))
         return applied
 
@@ -329,28 +206,24 @@ class Store:
         else:
             names = [only] if isinstance(only, str) else list(only)
         require_known(self._projections.projections, names)
+        return self._rebuild(names, progress)
+
+    def _rebuild(self, names: Collection[str], progress: Progress | None) -> dict[str, int]:
         try:
-            return self._projections.rebuild(
-                self.write_transaction, names, self._batch_size, progress
+            return rebuild(
+                self._projections, self.write_transaction, names, self._batch_size, progress
             )
         except SQLAlchemyError as e:
-            raise self._translate(e) from e
+            raise store_error(self._backend, e) from e
 
     def verify_projections(self, *, progress: Progress | None = None) -> list[str]:
         """Rebuild every projection into scratch tables and diff them against the live ones."""
         try:
-            return self._projections.verify(self.write_transaction, self._batch_size, progress)
+            return verify(self._projections, self.write_transaction, self._batch_size, progress)
         except SQLAlchemyError as e:
-            raise self._translate(e) from e
+            raise store_error(self._backend, e) from e
 
     # -- lifecycle ------------------------------------------------------------------------------
-
-    def _translate(self, error: SQLAlchemyError) -> StoreError:
-        typed = self._backend.translate(error)
-        if typed is not None:
-            return typed
-        detail = error.orig if isinstance(error, DBAPIError) else error
-        return StoreError(f"database error on {self.url}: {detail}")
 
     def close(self) -> None:
         """Release every connection."""
@@ -359,45 +232,5 @@ class Store:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self.close()
-
-
-def open_store(
-    url: str | None = None,
-    *,
-    read_only: bool = False,
-    auto_upgrade: bool = False,
-    durability: Durability = "normal",
-    projections: Mapping[str, Projection] | None = None,
-) -> Store:
-    """Open (creating at the head migration if new) the store at `url`.
-
-    url defaults to TRM_STORE_URL, then sqlite:///trm.db. A database at an older migration raises
-    SchemaVersionError naming `alembic upgrade head` unless auto_upgrade=True. read_only=True never
-    writes (SQLite `mode=ro`, PostgreSQL read-only transactions). `projections` defaults to every
-    registered projection (trm's domain read models and any the caller registered).
-    """
-    domain.load()
-    backend = create_backend(default_url(url), read_only=read_only, durability=durability)
-    store = Store(backend, registered_projections() if projections is None else projections)
-    try:
-        if read_only:
-            with backend.read_transaction() as conn:
-                ensure_schema(conn, auto_upgrade=False, writable=False)
-        else:
-            with backend.write_transaction() as conn:
-                ensure_schema(conn, auto_upgrade=auto_upgrade, writable=True)
-            store.recover()
-    except SQLAlchemyError as e:
-        store.close()
-        raise store._translate(e) from e
-    except BaseException:
-        store.close()
-        raise
-    return store

@@ -33,13 +33,14 @@ ID_MAX = 255
 """The longest id (run, unit, question, workspace, ...) the event models and both backends hold."""
 
 
-def id_problem(value: object, limit: int = ID_MAX) -> str | None:
+def id_problem(value: object, limit: int = ID_MAX, *, printable: bool = True) -> str | None:
     """Why `value` is not a valid id (a non-blank, printable string of at most `limit`
-    characters), or None when it is. Each caller raises its own package's typed error."""
+    characters), or None when it is. Each caller raises its own package's typed error.
+    `printable=False` lets control characters through (the log's stream ids, kept verbatim)."""
     if not isinstance(value, str):
         return f"must be a string, got {type(value).__name__}"
     if not value or value.isspace() or len(value) > limit:
         return f"must be a non-blank string of at most {limit} characters"
-    if not value.isprintable():
+    if printable and not value.isprintable():
         return f"{value!r:.80} contains control characters"
     return None

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import create_engine, inspect
 
 from trm_store import NewEvent, Store, StoreError, open_store, register_event_type
-from trm_store.events import event_type
+from trm_store.event_types import event_type
 
 TYPE = "hardening.fuzz_any"
 HOSTILE_IDS = [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import sys
 from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
@@ -26,6 +28,14 @@ class Totals(Projection):
     version = 1
     event_types = frozenset({"test.added"})
 
+    def extra_columns(self) -> list[Column[int]]:
+        """Columns a later version adds (none here)."""
+        return []
+
+    def extra_values(self, total: int) -> dict[str, int]:
+        """Their values for a stream at `total`."""
+        return {}
+
     def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
         return {
             "totals": Table(
@@ -35,6 +45,7 @@ class Totals(Projection):
                 Column("total", Integer, nullable=False),
                 Column("count", Integer, nullable=False),
                 Column("last_position", Integer, nullable=False),
+                *self.extra_columns(),
             )
         }
 
@@ -46,10 +57,12 @@ class Totals(Projection):
             row = conn.execute(
                 select(table.c.total, table.c.count).where(table.c.stream_id == event.stream_id)
             ).first()
+            total = (row.total if row else 0) + event.data["amount"]
             values = {
-                "total": (row.total if row else 0) + event.data["amount"],
+                "total": total,
                 "count": (row.count if row else 0) + 1,
                 "last_position": event.position,
+                **self.extra_values(total),
             }
             if row is None:
                 conn.execute(table.insert().values(stream_id=event.stream_id, **values))
@@ -60,6 +73,30 @@ class Totals(Projection):
 
 
 TOTALS = {"test_totals": Totals()}
+
+
+class GcProbe(Projection):
+    """Writes nothing; notes whether Python's cyclic GC is on each time it applies a batch (and
+    prints it to stderr when `report`, for a child process)."""
+
+    name = "test_gc_probe"
+    version = 1
+    event_types = frozenset({"test.added"})
+
+    def __init__(self, *, report: bool = False) -> None:
+        self.report = report
+        self.seen: list[bool] = []
+
+    def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
+        table = Table(f"test_gc_probe{suffix}", metadata, Column("k", Integer, primary_key=True))
+        return {"probe": table}
+
+    def apply(
+        self, conn: Connection, tables: Mapping[str, Table], events: Sequence[RecordedEvent]
+    ) -> None:
+        self.seen.append(gc.isenabled())
+        if self.report:
+            print(f"gc-enabled={gc.isenabled()}", file=sys.stderr, flush=True)
 
 
 def added(amount: int, **kwargs: object) -> NewEvent:

@@ -4,14 +4,18 @@ back as json.loads reads it."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from json.encoder import c_make_encoder  # type: ignore[attr-defined]
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trm_store import json_codec
 from trm_store.errors import EventValidationError
-from trm_store.events import dumps_json, loads_json
+from trm_store.json_codec import choose_encoder, dumps_json, loads_json
 
 STORABLE_TEXT = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"))
 """Valid Unicode without NUL: what every backend can store."""
@@ -64,3 +68,52 @@ def test_loads_json_reads_any_text_as_json_loads_does(text: str) -> None:
         assert str(raised.value) == str(error)
         return
     assert json.dumps(loads_json(text)) == json.dumps(expected)  # as text: NaN != NaN
+
+
+# -- the C encoder's probe ---------------------------------------------------------------------
+
+PUBLIC = json_codec._CANONICAL.encode
+
+
+def _spaced(*args: Any) -> Any:
+    """c_make_encoder with another item separator: a different text."""
+    markers, default, encoder, indent, key_separator, _item, *rest = args
+    return c_make_encoder(markers, default, encoder, indent, key_separator, ", ", *rest)
+
+
+def _allowing_nan(*args: Any) -> Any:
+    """c_make_encoder that writes NaN: the same texts, but it refuses less."""
+    return c_make_encoder(*args[:-1], True)
+
+
+def _new_arguments(*args: Any) -> Any:
+    raise TypeError("c_make_encoder() takes exactly 10 arguments (9 given)")
+
+
+@pytest.mark.parametrize("make_encoder", [None, _spaced, _allowing_nan, _new_arguments])
+def test_a_c_encoder_that_differs_from_the_public_one_is_not_used(make_encoder: Any) -> None:
+    assert choose_encoder(make_encoder) == PUBLIC
+
+
+def test_the_c_encoder_is_used_when_it_agrees() -> None:
+    chosen = choose_encoder(c_make_encoder)
+    assert chosen != PUBLIC
+    value = {"b": [1, 2.5, None, "é"], "a": True}
+    assert chosen(value) == PUBLIC(value) == '{"a":true,"b":[1,2.5,null,"\\u00e9"]}'
+
+
+def test_the_import_time_probe_falls_back_to_the_public_encoder() -> None:
+    """A Python whose c_make_encoder writes other text: the codec imports on the public encoder
+    and writes the same canonical text."""
+    program = (
+        "import json, json.encoder\n"
+        "real = json.encoder.c_make_encoder\n"
+        "json.encoder.c_make_encoder = lambda *a: real(*a[:5], ', ', *a[6:])\n"
+        "from trm_store import json_codec\n"
+        "assert json_codec._encode == json_codec._CANONICAL.encode, 'the probe did not fall back'\n"
+        "value = {'b': [1, 2], 'a': None}\n"
+        "public = json.dumps(value, sort_keys=True, separators=(',', ':'), allow_nan=False)\n"
+        "assert json_codec.dumps_json(value, what='x') == public\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
-from trm_store.backend import normalise_url
+from trm_store.connect import normalise_url
 from trm_store.driver import DriverSql, execute, execute_many, fetch_all
 
 CREATE = DriverSql("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT NOT NULL)")
@@ -71,8 +71,8 @@ def test_cursor_event_listeners_see_each_statement_sent(engine: Engine) -> None:
     event.listen(engine, "before_cursor_execute", before)
     event.listen(engine, "after_cursor_execute", after)
     with engine.begin() as conn:
-        execute_many(conn, INSERT, [{"k": 1, "v": "a"}])
-    sql, _ = INSERT.compiled(engine.dialect)
+        execute_many(conn, INSERT, [{"k": 1, "v": "a"}, {"k": 2, "v": "b"}])
+    sql, _, _ = INSERT.compiled(engine.dialect)
     assert [(w, s, m) for w, s, _, m in seen] == [("before", sql, True), ("after", sql, True)]
 
 
@@ -91,7 +91,7 @@ def test_listeners_on_one_connection_see_its_statements_only(engine: Engine) -> 
 
 
 def test_the_sql_is_compiled_once_per_dialect_in_its_paramstyle(engine: Engine) -> None:
-    sql, bind = INSERT.compiled(engine.dialect)
+    sql, bind, _ = INSERT.compiled(engine.dialect)
     assert INSERT.compiled(engine.dialect)[0] is sql
     params = {"v": "x", "k": 1}
     if engine.dialect.name == "sqlite":

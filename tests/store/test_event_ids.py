@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from trm_store.events import check_event_id, new_event_id
+from trm_store.event_ids import check_event_id, new_event_id
 
 
 def test_new_event_ids_are_distinct_version_4_uuids_in_normal_form() -> None:

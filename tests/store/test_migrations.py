@@ -72,23 +72,22 @@ def test_a_new_database_is_created_at_head(store_url: str) -> None:
         engine.dispose()
 
 
-def test_trm_tables_without_a_version_are_refused(sqlite_url: str) -> None:
+@pytest.mark.parametrize(
+    ("tampering", "refusal"),
+    [
+        ("DROP TABLE alembic_version", "no schema version"),  # trm tables without a version
+        ("UPDATE alembic_version SET version_num = '9999'", "newer than this trm"),
+    ],
+)
+def test_a_database_at_no_known_version_is_refused(
+    sqlite_url: str, tampering: str, refusal: str
+) -> None:
     open_store(sqlite_url, projections={}).close()
     engine = create_engine(sqlite_url)
     with engine.begin() as conn:
-        conn.exec_driver_sql("DROP TABLE alembic_version")
+        conn.exec_driver_sql(tampering)
     engine.dispose()
-    with pytest.raises(SchemaVersionError, match="no schema version"):
-        open_store(sqlite_url)
-
-
-def test_a_database_newer_than_the_code_is_refused(sqlite_url: str) -> None:
-    open_store(sqlite_url, projections={}).close()
-    engine = create_engine(sqlite_url)
-    with engine.begin() as conn:
-        conn.exec_driver_sql("UPDATE alembic_version SET version_num = '9999'")
-    engine.dispose()
-    with pytest.raises(SchemaVersionError, match="newer than this trm"):
+    with pytest.raises(SchemaVersionError, match=refusal):
         open_store(sqlite_url)
 
 

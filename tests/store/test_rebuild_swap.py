@@ -6,21 +6,28 @@ Also: projections' writes on the driver (`upsert`, `update_rows`) store what SQL
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Connection, MetaData, create_engine, insert, inspect, text, update
 
+from tests.store.helpers import GcProbe, added
 from trm_store import Store, open_store
-from trm_store.backend import normalise_url
+from trm_store.connect import normalise_url
 from trm_store.domain._common import update_rows, upsert
 from trm_store.domain.run_log import RunLog
 from trm_store.domain.runs import RunsProjection, read_predictions, run_info
+from trm_store.projection_rebuild import paused_cyclic_gc
 from trm_store.projections import registered_projections
+from trm_store.schema import PROJECTION_STATE
 
+ROOT = Path(__file__).resolve().parents[2]
 RUN = "r1"
 QUESTIONS = 2500
 """More than a rebuild's batch of 1000 events: the fill commits several times."""
@@ -109,26 +116,56 @@ def test_a_read_transaction_open_across_the_swap_keeps_its_snapshot(sqlite_url: 
 
 
 @pytest.mark.parametrize("enabled", [True, False])
-def test_the_collector_is_paused_during_the_fill_and_left_as_it_was(
-    sqlite_url: str, enabled: bool
-) -> None:
+def test_the_pause_turns_the_collector_off_and_leaves_it_as_it_was(enabled: bool) -> None:
     was = gc.isenabled()
     try:
-        with open_store(sqlite_url) as store:
-            _record(store)
-            (gc.enable if enabled else gc.disable)()
-            during: list[bool] = []
-            store.rebuild_projections(only="runs", progress=lambda n: during.append(gc.isenabled()))
-            assert during == [False] * 3 and gc.isenabled() is enabled
-
-            def fail(n: int) -> None:
-                raise RuntimeError("stopped")
-
-            with pytest.raises(RuntimeError, match="stopped"):
-                store.rebuild_projections(only="runs", progress=fail)
-            assert gc.isenabled() is enabled
+        (gc.enable if enabled else gc.disable)()
+        with paused_cyclic_gc():
+            assert not gc.isenabled()
+        assert gc.isenabled() is enabled
+        with pytest.raises(RuntimeError, match="stopped"), paused_cyclic_gc():
+            raise RuntimeError("stopped")
+        assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_a_library_rebuild_and_open_store_leave_the_collector_alone(sqlite_url: str) -> None:
+    """The collector is process-wide, the application's: only `trm replay-projections` pauses it."""
+    assert gc.isenabled()
+    probe = GcProbe()
+    with open_store(sqlite_url, projections={probe.name: probe}) as store:
+        for i in range(30):
+            store.append(f"s{i % 3}", [added(i)])
+        store.rebuild_projections(progress=lambda _n: probe.seen.append(gc.isenabled()))
+        assert store.verify_projections() == []
+    with (
+        open_store(sqlite_url, projections={probe.name: probe}) as store,
+        store.write_transaction() as conn,  # as an interrupted rebuild leaves it
+    ):
+        conn.execute(update(PROJECTION_STATE).values(status="rebuilding"))
+    with open_store(sqlite_url, projections={probe.name: probe}):  # rebuilds it on open
+        pass
+    assert len(probe.seen) > 30 and all(probe.seen)
+
+
+def test_trm_replay_projections_pauses_the_collector_for_its_rebuild(sqlite_url: str) -> None:
+    probe = GcProbe()
+    with open_store(sqlite_url, projections={probe.name: probe}) as store:
+        for i in range(30):
+            store.append(f"s{i % 3}", [added(i)])
+    for extra in ([], ["--verify"]):
+        command = [sys.executable, "-m", "tests.store.workers", "cli-gc-probe"]
+        done = subprocess.run(
+            [*command, "replay-projections", "--db", sqlite_url, "--only", probe.name, *extra],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        seen = [line for line in done.stderr.splitlines() if line.startswith("gc-enabled=")]
+        assert seen and set(seen) == {"gc-enabled=False"}, done.stderr
 
 
 def test_driver_writes_store_values_as_sqlalchemy_does(store_url: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import pytest
-from sqlalchemy import Column, Connection, Integer, MetaData, String, Table, select, text, update
+from sqlalchemy import Column, Connection, Integer, MetaData, Table, select, text, update
 
 from tests.store.helpers import TOTALS, Totals, added, replayed_totals, totals
 from trm_store import (
@@ -24,38 +24,11 @@ class TotalsV2(Totals):
 
     version = 2
 
-    def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
-        return {
-            "totals": Table(
-                f"test_totals{suffix}",
-                metadata,
-                Column("stream_id", String(255), primary_key=True),
-                Column("total", Integer, nullable=False),
-                Column("count", Integer, nullable=False),
-                Column("last_position", Integer, nullable=False),
-                Column("doubled", Integer, nullable=False),
-            )
-        }
+    def extra_columns(self) -> list[Column[int]]:
+        return [Column("doubled", Integer, nullable=False)]
 
-    def apply(
-        self, conn: Connection, tables: Mapping[str, Table], events: Sequence[RecordedEvent]
-    ) -> None:
-        table = tables["totals"]
-        for event in events:
-            row = conn.execute(select(table).where(table.c.stream_id == event.stream_id)).first()
-            total = (row.total if row else 0) + event.data["amount"]
-            values = {
-                "total": total,
-                "count": (row.count if row else 0) + 1,
-                "last_position": event.position,
-                "doubled": 2 * total,
-            }
-            if row is None:
-                conn.execute(table.insert().values(stream_id=event.stream_id, **values))
-            else:
-                conn.execute(
-                    table.update().where(table.c.stream_id == event.stream_id).values(**values)
-                )
+    def extra_values(self, total: int) -> dict[str, int]:
+        return {"doubled": 2 * total}
 
 
 def _state(url: str) -> dict[str, tuple[int, int, str]]:

@@ -51,12 +51,12 @@ if __name__ == "__main__":
         follow(url, int(rest[0]), float(rest[1]))
     elif mode == "crash":
         append_until_killed(url, int(rest[0]))
-    elif mode == "cli":  # the real `trm` CLI with the test projection registered
-        from tests.store.helpers import Totals
+    elif mode in ("cli", "cli-gc-probe"):  # the real `trm` CLI, the test projection registered
+        from tests.store.helpers import GcProbe, Totals
         from trm_store import register_projection
         from trm_store.cli import main
 
-        register_projection(Totals())
+        register_projection(Totals() if mode == "cli" else GcProbe(report=True))
         raise SystemExit(main([url, *rest]))
     else:
         raise SystemExit(f"unknown mode {mode}")

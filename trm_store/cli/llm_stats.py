@@ -13,9 +13,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from trm_store.bootstrap import open_store
 from trm_store.cli.common import report_console
 from trm_store.domain.llm_calls import LLMSourceStats, llm_stats
-from trm_store.store import open_store
 
 __all__ = ["add_parser", "run"]
 

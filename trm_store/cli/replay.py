@@ -9,8 +9,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from trm_store.bootstrap import open_store
 from trm_store.cli.common import progress_bar
-from trm_store.store import open_store
+from trm_store.projection_rebuild import paused_cyclic_gc
 
 __all__ = ["add_parser", "run"]
 
@@ -38,7 +39,7 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     console = Console(stderr=args.json)
-    with open_store(args.db) as store:
+    with paused_cyclic_gc(), open_store(args.db) as store:
         total = store.head_position()
         with progress_bar(console, transient=args.json) as progress:
             task = progress.add_task("verifying" if args.verify else "rebuilding", total=total)

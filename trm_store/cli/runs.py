@@ -17,10 +17,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from trm_store.bootstrap import open_store
 from trm_store.cli.common import report_console
 from trm_store.domain.run_leases import mark_stale_runs, stale_runs
 from trm_store.domain.run_list import list_runs
-from trm_store.store import open_store
 
 __all__ = ["DEFAULT_STALE_AFTER_S", "add_parser", "run"]
 

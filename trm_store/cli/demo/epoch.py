@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from trm_store.bootstrap import open_store
 from trm_store.cli.demo.faults import FaultPlan
 from trm_store.cli.demo.model import SimulatedModel
 from trm_store.cli.demo.outcome import DemoOptions, DemoOutcome, Endpoint
@@ -30,7 +31,7 @@ from trm_store.domain.errors import UnknownWorkspaceError
 from trm_store.domain.gate_report import read_gate_report
 from trm_store.domain.llm_calls import breaker_transitions, llm_stats
 from trm_store.domain.workspace import get_manifest, scaffold_workspace, update_manifest
-from trm_store.store import Store, open_store
+from trm_store.store import Store
 
 __all__ = ["run_demo"]
 

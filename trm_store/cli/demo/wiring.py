@@ -30,11 +30,12 @@ from trm_store.cli.demo.arms import BreakerWait, DemoArm, Requeue
 from trm_store.cli.demo.outcome import ArmSummary, DemoOptions, Endpoint
 from trm_store.cli.demo.pool import POOL_VERSION, demo_pool
 from trm_store.cli.demo.prompts import GRADER_VERSION, Prompt
+from trm_store.connect import default_url
 from trm_store.domain.metrics import write_dual_metric
 from trm_store.domain.run_log import RunLog
 from trm_store.domain.runs import read_predictions
 from trm_store.domain.workspace import record_run, update_best, update_manifest
-from trm_store.store import Store, default_url
+from trm_store.store import Store
 
 __all__ = ["DEMO_RETRY", "WORKSPACE", "EpochRun", "cache_path_for", "snapshot"]
 

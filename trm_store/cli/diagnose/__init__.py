@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from trm_store.bootstrap import open_store
 from trm_store.cli.common import counts_text, int_in_range, progress_bar, report_console
 from trm_store.cli.diagnose.inputs import load_items
 from trm_store.cli.diagnose.template import PromptTemplate
 from trm_store.cli.diagnose.tiers import parse_tiers
 from trm_store.domain._common import check_id
 from trm_store.domain.llm_calls import llm_stats
-from trm_store.store import open_store
 
 if TYPE_CHECKING:
     from trm_llm import LLMSettings

@@ -1,0 +1,126 @@
+"""The SQLite fast path is fenced: PostgreSQL statements take SQLAlchemy's execution path.
+
+So on PostgreSQL `handle_error` listeners see the store's own statements, `echo` logs them, and a
+connection that dies under an append is invalidated: the append fails typed, writes nothing, and
+the next one (its retry included) succeeds exactly once on a fresh connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import ExceptionContext
+from sqlalchemy.exc import DBAPIError
+
+from tests.store.helpers import TOTALS, added, totals
+from trm_store import StoreError, open_store
+from trm_store.connect import normalise_url
+from trm_store.driver import DriverSql, fetch_all
+
+INSERT_EVENTS = "INSERT INTO events"
+
+
+def _terminate(url: str, pid: int) -> None:
+    """Kill the server process behind `pid` from another connection, and wait until it is gone."""
+    admin = create_engine(normalise_url(url))
+    try:
+        with admin.begin() as conn:
+            killed = conn.execute(
+                text("SELECT pg_terminate_backend(:pid, 10000)"), {"pid": pid}
+            ).scalar_one()
+        assert killed, f"backend {pid} was not terminated"
+    finally:
+        admin.dispose()
+
+
+@pytest.mark.postgres
+def test_a_killed_postgres_connection_is_invalidated_and_the_next_append_succeeds(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with open_store(pg_url, projections=TOTALS) as store:
+        store.append("s", [added(1)])
+        engine = store._backend.engine
+        handled: list[tuple[str, bool]] = []
+        armed = [True]
+
+        @event.listens_for(engine, "handle_error")
+        def _handled(context: ExceptionContext) -> None:
+            handled.append((context.statement or "", context.is_disconnect))
+
+        @event.listens_for(engine, "before_cursor_execute")
+        def _kill(_conn: Any, cursor: Any, statement: str, *_rest: Any) -> None:
+            if armed and statement.startswith(INSERT_EVENTS):
+                armed.clear()
+                _terminate(pg_url, cursor.connection.info.backend_pid)
+
+        event_id = str(uuid.uuid4())
+        engine.echo = True
+        with (
+            caplog.at_level(logging.INFO, logger="sqlalchemy.engine.Engine"),
+            pytest.raises(StoreError, match="lost the connection") as info,
+        ):
+            store.append("s", [added(2, event_id=event_id)])
+        engine.echo = False
+        cause = info.value.__cause__
+        assert isinstance(cause, DBAPIError) and cause.connection_invalidated
+        assert (INSERT_EVENTS, True) in [(s[: len(INSERT_EVENTS)], d) for s, d in handled]
+        assert INSERT_EVENTS in caplog.text  # echo saw the store's own statement
+        assert store.head_position() == 1  # nothing of the failed append was written
+
+        [retried] = store.append("s", [added(2, event_id=event_id)])  # a fresh connection
+        [again] = store.append("s", [added(2, event_id=event_id)])  # exactly once
+        [third] = store.append("s", [added(3)])
+        assert retried.position == again.position == 2 and third.position == 3
+        assert [e.event_id for e in store.read_all()][1:] == [event_id, third.event_id]
+        assert totals(store) == {"s": (6, 3)}
+
+
+def test_only_sqlite_takes_the_fast_path(store_url: str) -> None:
+    """On PostgreSQL a store statement reaches `handle_error` listeners; on SQLite (the fast path,
+    where a local file has no disconnect to detect) it does not."""
+    with open_store(store_url, projections={}) as store:
+        engine = store._backend.engine
+        handled: list[str] = []
+
+        @event.listens_for(engine, "handle_error")
+        def _handled(context: ExceptionContext) -> None:
+            handled.append(context.statement or "")
+
+        broken = DriverSql("SELECT no_such_column FROM events")
+        sql, _, on_cursor = broken.compiled(engine.dialect)
+        assert on_cursor is (store.dialect == "sqlite")
+        with pytest.raises(DBAPIError), engine.connect() as conn:
+            fetch_all(conn, broken, {})
+        assert handled == ([] if on_cursor else [sql])
+
+
+def test_the_dialect_is_registered_once_where_the_backend_is_built(tmp_path: Path) -> None:
+    """Importing the store registers nothing; building a SQLite backend registers `sqlite+trm`,
+    once, however many stores are opened."""
+    program = f"""
+from sqlalchemy.dialects import registry
+from sqlalchemy.exc import NoSuchModuleError
+import trm_store.bootstrap, trm_store.sqlite, trm_store.sqlite_dialect
+try:
+    registry.load("sqlite.trm")
+except NoSuchModuleError:
+    pass
+else:
+    raise SystemExit("importing the store registered the dialect")
+from trm_store import open_store
+open_store("sqlite:///{tmp_path / "a.db"}", projections={{}}).close()
+loader = registry.impls["sqlite.trm"]
+open_store("sqlite:///{tmp_path / "b.db"}", projections={{}}).close()
+assert registry.impls["sqlite.trm"] is loader, "registered again"
+print(registry.load("sqlite.trm").__name__)
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "TransactionalSqliteDialect\n"

@@ -1,0 +1,47 @@
+"""From a store URL to its backend: the default URL, URL spellings, and the backend chosen."""
+
+from __future__ import annotations
+
+import os
+
+from sqlalchemy import make_url
+from sqlalchemy.exc import ArgumentError
+
+from trm_store.backend import Backend, Durability
+from trm_store.errors import StoreError
+from trm_store.postgres import PostgresBackend
+from trm_store.sqlite import SqliteBackend
+
+__all__ = ["DEFAULT_URL", "create_backend", "default_url", "normalise_url"]
+
+DEFAULT_URL = "sqlite:///trm.db"
+
+
+def default_url(url: str | None) -> str:
+    """`url`, else TRM_STORE_URL, else ./trm.db."""
+    return url or os.environ.get("TRM_STORE_URL") or DEFAULT_URL
+
+
+def normalise_url(url: str) -> str:
+    """Accept plain `postgresql://` URLs by selecting the psycopg 3 driver we ship with."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def create_backend(url: str, *, read_only: bool, durability: Durability) -> Backend:
+    """The backend for `url` (sqlite or postgresql)."""
+    if durability not in ("normal", "full"):
+        raise StoreError(f"durability must be 'normal' or 'full', got {durability!r}")
+    try:
+        parsed = make_url(normalise_url(url))
+    except ArgumentError as e:
+        raise StoreError(f"not a database URL: {e}") from e
+    if parsed.get_backend_name() == "sqlite":
+        return SqliteBackend(parsed, read_only=read_only, durability=durability)
+    if parsed.get_backend_name() == "postgresql":
+        return PostgresBackend(parsed, read_only=read_only)
+    raise StoreError(
+        f"unsupported database {parsed.get_backend_name()!r}: use sqlite or postgresql"
+    )

@@ -1,0 +1,154 @@
+"""The registry of event types: each type's pydantic model, schema version and upcaster.
+
+Bad data is refused before it reaches the log (`EventType.validate`), and data stored at an older
+schema version is upcast when read (`EventType.read`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from trm_store.errors import EventValidationError
+
+__all__ = [
+    "EventType",
+    "Upcaster",
+    "event_type",
+    "register_event_type",
+    "registered_event_types",
+]
+
+Upcaster = Callable[[int, dict[str, Any]], dict[str, Any]]
+"""Turns the data of an older schema version (given) into the data of the current one."""
+
+_TYPE_NAME_MAX = 128
+_MAX_DEPTH = 200
+
+
+@dataclass(frozen=True, slots=True)
+class EventType:
+    """A registered event type: its model, current schema version and upcaster."""
+
+    name: str
+    model: type[BaseModel]
+    schema_version: int = 1
+    upcast: Upcaster | None = field(default=None)
+
+    def validate(self, data: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
+        """Validate `data` against the model; return its normal form (dumps_json checks it).
+
+        NaN and infinities are refused even where the model would take them: pydantic's JSON
+        mode would silently write them as null. The model's validator and serializer are called
+        directly: `model_validate` and `model_dump` only wrap them, at twice their cost.
+        """
+        model = self.model
+        if type(data) is not dict and not isinstance(data, (model, Mapping)):
+            raise EventValidationError(
+                f"event {self.name!r}: data must be a mapping, got {type(data).__name__}"
+            )
+        try:
+            _refuse_non_finite(data)
+            instance = (
+                data
+                if isinstance(data, model)
+                else model.__pydantic_validator__.validate_python(data)
+            )
+            normal: dict[str, Any] = model.__pydantic_serializer__.to_python(instance, mode="json")
+        except (ValidationError, ValueError, RecursionError) as e:
+            # ValueError: a non-finite float, bytes that are not UTF-8, nesting past pydantic's
+            # serialisation depth.
+            raise EventValidationError(f"event {self.name!r}: {e}") from e
+        return normal
+
+    def read(self, schema_version: int, data: dict[str, Any]) -> dict[str, Any]:
+        """Bring stored data of `schema_version` up to the current version."""
+        if schema_version == self.schema_version or self.upcast is None:
+            return data
+        return self.upcast(schema_version, data)
+
+
+def _refuse_non_finite(value: Any, depth: int = 0) -> None:
+    """Raise ValueError for a NaN or infinite float anywhere in `value`.
+
+    On every append's path: plain scalars are skipped without a call, and the usual containers
+    are recognised by their exact type before the slower isinstance checks.
+    """
+    kind = type(value)
+    if kind is dict:
+        items: Iterable[Any] = value.values()
+    elif kind is list:
+        items = value
+    elif kind is float or isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value} is not a finite number")
+        return
+    elif isinstance(value, BaseModel):
+        items = value.__dict__.values()
+    elif isinstance(value, Mapping):
+        items = value.values()
+    elif isinstance(value, list | tuple | set | frozenset):
+        items = value
+    else:
+        return
+    if depth > _MAX_DEPTH:
+        raise ValueError(f"nested deeper than {_MAX_DEPTH} levels")
+    for item in items:
+        kind = type(item)
+        if item is None or kind in _PLAIN:
+            continue
+        if kind is float:  # checked here: a call per float would double the walk's cost
+            if not math.isfinite(item):
+                raise ValueError(f"{item} is not a finite number")
+            continue
+        _refuse_non_finite(item, depth + 1)
+
+
+_PLAIN = frozenset({str, int, bool})
+
+
+_REGISTRY: dict[str, EventType] = {}
+
+
+def register_event_type(
+    name: str,
+    model: type[BaseModel],
+    *,
+    schema_version: int = 1,
+    upcast: Upcaster | None = None,
+) -> EventType:
+    """Register (or re-register, idempotently) the model for event type `name`."""
+    if not isinstance(name, str) or not name or len(name) > _TYPE_NAME_MAX:
+        raise EventValidationError(f"event type name must be 1..{_TYPE_NAME_MAX} characters")
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise EventValidationError(f"event type {name!r}: model must be a pydantic BaseModel")
+    if (
+        isinstance(schema_version, bool)
+        or not isinstance(schema_version, int)
+        or schema_version < 1
+    ):
+        raise EventValidationError(f"event type {name!r}: schema_version must be an int >= 1")
+    if schema_version > 1 and upcast is None:
+        raise EventValidationError(
+            f"event type {name!r}: schema_version {schema_version} needs an upcaster"
+        )
+    registered = EventType(name, model, schema_version, upcast)
+    _REGISTRY[name] = registered
+    return registered
+
+
+def event_type(name: str) -> EventType:
+    """The registered type `name`, or EventValidationError."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise EventValidationError(f"unknown event type {name!r}: register it first") from None
+
+
+def registered_event_types() -> dict[str, EventType]:
+    """A copy of the registry, for introspection."""
+    return dict(_REGISTRY)
