@@ -58,6 +58,7 @@ STORE_NAMES = {
     # the domain's errors
     "DomainInputError",
     "InfraOutcomeError",
+    "ManifestExportError",
     "DiagnoseInputError",
     "DomainConflictError",
     "WorkspaceExistsError",

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from trm_store import NewEvent, open_store
+from trm_store import NewEvent, RunLog, open_store
 from trm_store.domain.errors import (
+    ManifestExportError,
     UnknownWorkspaceError,
     WorkspaceExistsError,
 )
@@ -35,6 +36,9 @@ def test_the_manifest_is_the_fold_of_the_workspace_events(store_url: str) -> Non
     with open_store(store_url) as store:
         scaffold_workspace(store, "ws", skills="skills/v1", prompts="prompts/v1", seed=7)
         update_manifest(store, "ws", skills="skills/v2", note="slow update")
+        for run_id in ("r1", "r2"):
+            with RunLog(store, run_id):
+                pass
         record_run(store, "ws", "r1", epoch=1)
         record_run(store, "ws", "r2", epoch=2)
         record_run(store, "ws", "r1", status="completed")
@@ -114,7 +118,7 @@ def test_a_crash_at_the_rename_leaves_the_previous_manifest_intact(
             raise OSError("crash during replace")
 
         monkeypatch.setattr(os, "replace", crash)
-        with pytest.raises(OSError, match="crash during replace"):
+        with pytest.raises(ManifestExportError, match="crash during replace"):
             export_manifest(store, "ws", directory)
         monkeypatch.undo()
 

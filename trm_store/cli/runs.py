@@ -2,8 +2,9 @@
 
 A run whose process was SIGKILLed reads `running` forever; its lease (heartbeat) ages instead.
 A `running` run silent for longer than --stale-after is flagged; --mark-stale appends
-`failed(reason="stale")` to each (`mark_stale_runs`). Without --mark-stale the store is opened
-read-only: listing (`list_runs`) never writes.
+`failed(reason="stale")` to each (`mark_stale_runs`); a run whose process on this host is gone is
+stale at once. `--fail RUN_ID [--reason TEXT]` fails one running run by hand (`fail_run`).
+Without --mark-stale or --fail the store is opened read-only: listing (`list_runs`) never writes.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trm_store.cli.common import report_console
-from trm_store.domain.run_leases import mark_stale_runs, stale_runs
+from trm_store.domain.run_leases import fail_run, mark_stale_runs, stale_runs
 from trm_store.domain.run_list import list_runs
 from trm_store.store import open_store
 
@@ -59,13 +61,26 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--mark-stale", action="store_true", help="record the stale runs as failed (writes)"
     )
+    parser.add_argument(
+        "--fail", metavar="RUN_ID", help="record this running run as failed (reason `operator`)"
+    )
+    parser.add_argument(
+        "--reason", metavar="TEXT", help="with --fail: the failure's text (default: by an operator)"
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.reason is not None and args.fail is None:
+        print("trm runs: --reason goes with --fail RUN_ID", file=sys.stderr)
+        return 2
     older_than = timedelta(seconds=args.stale_after)
-    with open_store(args.db, read_only=not args.mark_stale) as store:
+    with open_store(args.db, read_only=not (args.mark_stale or args.fail)) as store:
         now = datetime.now(UTC)
+        if args.fail is not None:
+            fail_run(store, args.fail, reason=args.reason, now=now)
+            if not args.json:
+                print(f"run {args.fail} is now failed (operator)")
         marked = mark_stale_runs(store, older_than, now=now) if args.mark_stale else []
         stale = {r.run_id for r in stale_runs(store, older_than, now=now)}
         runs = [{**r, "stale": r["run_id"] in stale} for r in list_runs(store, now=now)]
@@ -78,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
                         "runs": runs,
                         "stale": sorted(stale),
                         "marked_stale": marked,
+                        "failed": args.fail,
                     },
                     default=_iso,
                 )
