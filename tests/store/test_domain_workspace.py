@@ -66,8 +66,8 @@ def test_the_manifest_is_the_fold_of_the_workspace_events(store_url: str) -> Non
     ]
     assert manifest["best"] == {"run_id": "r1", "hard_acc": 0.74}
     assert manifest["version"] == 7
-    assert manifest["created_at"] == events[0].recorded_at.isoformat()
-    assert manifest["updated_at"] == events[-1].recorded_at.isoformat()
+    assert manifest["created_at"] == events[0].recorded_at
+    assert manifest["updated_at"] == events[-1].recorded_at
 
 
 def test_scaffolding_twice_or_changing_an_unknown_workspace_is_refused(store_url: str) -> None:

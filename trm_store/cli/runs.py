@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trm_store.cli.common import report_console
+from trm_store.domain._common import json_default
 from trm_store.domain.run_leases import fail_run, mark_stale_runs, stale_runs
 from trm_store.domain.run_list import list_runs
 from trm_store.store import open_store
@@ -95,18 +96,12 @@ def run(args: argparse.Namespace) -> int:
                         "marked_stale": marked,
                         "failed": args.fail,
                     },
-                    default=_iso,
+                    default=json_default,
                 )
             )
         else:
             _print(report_console(), store.url, runs, args.stale_after, marked)
     return 0
-
-
-def _iso(value: object) -> str:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 def _age(seconds: float | None) -> str:

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trm_store.domain._common import json_default
 from trm_store.domain.errors import DomainInputError, ManifestExportError
 from trm_store.domain.workspace import get_manifest
 
@@ -53,8 +54,12 @@ def export_manifest(store: Store, workspace_id: str, path: str | os.PathLike[str
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
-    """Replace `path` with `data` as JSON, all or nothing, durably (tmp + fsync + os.replace)."""
-    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+    """Replace `path` with `data` as JSON (datetimes as ISO 8601), all or nothing, durably
+    (tmp + fsync + os.replace)."""
+    text = json.dumps(
+        data, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False, default=json_default
+    )
+    text += "\n"
     directory = path.parent
     mode = path.stat().st_mode & 0o777 if path.exists() else _NEW_FILE_MODE
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)

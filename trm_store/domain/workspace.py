@@ -244,7 +244,9 @@ def update_best(store: Store, workspace_id: str, /, **fields: Any) -> None:
 
 
 def get_manifest(store: Store, workspace_id: str) -> dict[str, Any]:
-    """The manifest as JSON-ready data: fields, `runs`, `best`, timestamps and stream version."""
+    """The manifest: its fields, `runs` (each with `recorded_at`), `best`, `created_at`,
+    `updated_at` (aware UTC datetimes, as everywhere in the read API; `export_manifest` writes
+    them as ISO 8601) and the stream version."""
     check_id("workspace_id", workspace_id)
     with store.query(PROJECTION) as (conn, tables):
         workspaces, runs = tables["workspaces"], tables["runs"]
@@ -260,12 +262,11 @@ def get_manifest(store: Store, workspace_id: str) -> dict[str, Any]:
         **row.fields,
         "workspace_id": workspace_id,
         "runs": [
-            {**r.fields, "run_id": r.run_id, "recorded_at": as_utc(r.recorded_at).isoformat()}
-            for r in run_rows
+            {**r.fields, "run_id": r.run_id, "recorded_at": as_utc(r.recorded_at)} for r in run_rows
         ],
         "best": row.best,
-        "created_at": as_utc(row.created_at).isoformat(),
-        "updated_at": as_utc(row.updated_at).isoformat(),
+        "created_at": as_utc(row.created_at),
+        "updated_at": as_utc(row.updated_at),
         "version": row.version,
     }
 
