@@ -10,10 +10,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from trm_store import NewEvent, RunLog, open_store
+from trm_store.domain._common import json_default
 from trm_store.domain.errors import (
     ManifestExportError,
     UnknownWorkspaceError,
@@ -29,6 +31,13 @@ from trm_store.domain.workspace import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _as_json(manifest: dict[str, Any]) -> Any:
+    """The manifest as its JSON file holds it (times as ISO 8601)."""
+    return json.loads(json.dumps(manifest, default=json_default))
+
+
 WORKER = (sys.executable, "-m", "tests.store.domain_workers")
 
 
@@ -96,7 +105,9 @@ def test_export_writes_the_manifest_as_json(sqlite_url: str, tmp_path: Path) -> 
         scaffold_workspace(store, "ws", skills="s", prompts="p")
         written = export_manifest(store, "ws", tmp_path)
         assert written == tmp_path / "manifest.json"
-        assert json.loads(written.read_text(encoding="utf-8")) == get_manifest(store, "ws")
+        assert json.loads(written.read_text(encoding="utf-8")) == _as_json(
+            get_manifest(store, "ws")
+        )
         other = export_manifest(store, "ws", tmp_path / "copy.json")
         assert other.read_bytes() == written.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".tmp") == []
@@ -161,7 +172,7 @@ def test_sigkill_during_a_stream_of_exports_never_leaves_a_partial_file(
     with open_store(sqlite_url) as store:
         for name, fill in (("big-a", "a"), ("big-b", "b")):
             scaffold_workspace(store, name, skills="s", prompts="p", blob=fill * 2_000_000)
-        complete = {name: get_manifest(store, name) for name in ("big-a", "big-b")}
+        complete = {name: _as_json(get_manifest(store, name)) for name in ("big-a", "big-b")}
     target = out / "manifest.json"
     rng = random.Random(20261129)
     for _round in range(6):
