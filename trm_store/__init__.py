@@ -37,6 +37,9 @@ if TYPE_CHECKING:
         UnknownWorkspaceError,
         WorkspaceExistsError,
     )
+    from trm_store.domain.gate_leases import (
+        mark_stale_gates,
+    )
     from trm_store.domain.gate_report import (
         GateReport,
         read_gate_report,
@@ -141,6 +144,7 @@ _EXPORTS: dict[str, str] = {
     "get_manifest": "trm_store.domain.workspace",
     "list_runs": "trm_store.domain.run_list",
     "llm_stats": "trm_store.domain.llm_calls.stats",
+    "mark_stale_gates": "trm_store.domain.gate_leases",
     "mark_stale_runs": "trm_store.domain.run_leases",
     "open_store": "trm_store.store",
     "read_diagnoses": "trm_store.domain.diagnosis",
@@ -198,6 +202,7 @@ __all__ = [
     "get_manifest",
     "list_runs",
     "llm_stats",
+    "mark_stale_gates",
     "mark_stale_runs",
     "open_store",
     "read_diagnoses",

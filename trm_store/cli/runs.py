@@ -25,13 +25,14 @@ from trm_store.domain.run_leases import fail_run, mark_stale_runs, stale_runs
 from trm_store.domain.run_list import list_runs
 from trm_store.store import open_store
 
-__all__ = ["DEFAULT_STALE_AFTER_S", "add_parser", "run"]
+__all__ = ["DEFAULT_STALE_AFTER_S", "add_parser", "age_text", "run", "seconds_arg", "time_text"]
 
 DEFAULT_STALE_AFTER_S = 300.0
 """A live `RunLog` refreshes its lease at least every few seconds while it records."""
 
 
-def _seconds(text: str) -> float:
+def seconds_arg(text: str) -> float:
+    """An argparse `type`: a finite number of seconds > 0."""
     try:
         value = float(text)
     except ValueError:
@@ -54,7 +55,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
         "--stale-after",
-        type=_seconds,
+        type=seconds_arg,
         default=DEFAULT_STALE_AFTER_S,
         metavar="SECONDS",
         help="a running run silent this long is stale (default: %(default)g)",
@@ -104,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _age(seconds: float | None) -> str:
+def age_text(seconds: float | None) -> str:
+    """An age as a few characters (`42s`, `7m`, `3.5h`; `-` for None)."""
     if seconds is None:
         return "-"
     if abs(seconds) < 120:
@@ -114,7 +116,8 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def _time(value: datetime | None) -> str:
+def time_text(value: datetime | None) -> str:
+    """A UTC time to the second, or `-`."""
     return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
 
 
@@ -140,11 +143,11 @@ def _print(
         table.add_row(
             r["run_id"],
             status,
-            _time(r["started_at"]),
-            _time(r["ended_at"]),
+            time_text(r["started_at"]),
+            time_text(r["ended_at"]),
             str(r["predictions"]),
             f"{r['host']}/{r['pid']}",
-            _age(r["lease_age_s"]),
+            age_text(r["lease_age_s"]),
         )
     console.print(table)
     stale = [r["run_id"] for r in runs if r["stale"]]

@@ -42,13 +42,20 @@ class StaleRun:
     why: str
 
 
-def _aware_now(now: object) -> datetime:
+def aware_now(now: object) -> datetime:
     """`now` if it is an aware datetime, the current time for None, else DomainInputError."""
     if now is None:
         return datetime.now(UTC)
     if not isinstance(now, datetime) or now.tzinfo is None:
         raise DomainInputError(f"now must be an aware datetime, got {now!r}")
     return now
+
+
+def check_window(older_than: object) -> timedelta:
+    """A staleness threshold: a positive timedelta, else DomainInputError."""
+    if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
+        raise DomainInputError(f"older_than must be a positive timedelta, got {older_than!r}")
+    return older_than
 
 
 def write_lease(store: Store, run_id: str, *, host: str, pid: int, now: datetime) -> None:
@@ -70,10 +77,7 @@ def stale_runs(
     """`running` runs whose last heartbeat and last status event are both older than
     `now - older_than` (a run that never wrote a lease counts from its registration), and those
     whose lease holder (or, without a lease, registering process) was on this host and is gone."""
-    if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
-        raise DomainInputError(f"older_than must be a positive timedelta, got {older_than!r}")
-    now = _aware_now(now)
-    cutoff = now - older_than
+    cutoff = aware_now(now) - check_window(older_than)
     with store.query(PROJECTION) as (conn, tables):
         runs = tables["runs"]
         rows = conn.execute(
@@ -109,7 +113,7 @@ def mark_stale_runs(
     store: Store, older_than: timedelta, *, now: datetime | None = None
 ) -> list[str]:
     """Append `failed(reason="stale")` to every stale run, once; the run ids marked by this call."""
-    now = _aware_now(now)
+    now = aware_now(now)
     return [run.run_id for run in stale_runs(store, older_than, now=now) if _mark(store, run, now)]
 
 
@@ -132,7 +136,7 @@ def fail_run(
     text). UnknownRunError if it was never registered, RunStateError if it has ended already
     (or ends while this call runs); nothing is written then."""
     check_id("run_id", run_id)
-    now = _aware_now(now)
+    now = aware_now(now)
     text = "failed by an operator" if reason is None else reason
     data = {"finished_at": now, "reason": "operator", "error": text}
     event = validated(Failed, data, f"fail_run({run_id!r})")
