@@ -73,7 +73,7 @@ def prediction(i: int, k: int) -> dict[str, Any]:
         "unit_id": f"u{k // 5:04d}",
         "prediction": "ABCD"[(i + k) % 4] if answered else None,
         "correct": (i + k) % 3 != 0 if answered else None,
-        "stop_reason": "stop" if answered else "length",
+        "stop_reason": "stop" if answered else "parse_error",  # INFRA: no verdict
         "fields": {"latency_ms": 250.0 + (i + k) % 4000 / 4, "tokens": 100 + (i + k) % 900},
     }
 

@@ -40,6 +40,7 @@ STORE_NAMES = {
     "RunLog",
     "run_info",
     "mark_stale_runs",
+    "mark_stale_gates",
     "write_dual_metric",
     "read_dual_metric",
     "BaselineCache",
@@ -58,6 +59,7 @@ STORE_NAMES = {
     # the domain's errors
     "DomainInputError",
     "InfraOutcomeError",
+    "ManifestExportError",
     "DiagnoseInputError",
     "DomainConflictError",
     "WorkspaceExistsError",

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         DomainInputError,
         DuplicateFinalMetricError,
         InfraOutcomeError,
+        ManifestExportError,
         RunStateError,
         UnknownCallError,
         UnknownEntityError,
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
         UnknownRunError,
         UnknownWorkspaceError,
         WorkspaceExistsError,
+    )
+    from trm_store.domain.gate_leases import (
+        mark_stale_gates,
     )
     from trm_store.domain.gate_report import (
         GateReport,
@@ -115,6 +119,7 @@ _EXPORTS: dict[str, str] = {
     "GateReport": "trm_store.domain.gate_report",
     "INFRA_STOP_REASONS": "trm_store.vocabulary",
     "InfraOutcomeError": "trm_store.domain.errors",
+    "ManifestExportError": "trm_store.domain.errors",
     "LLMSourceStats": "trm_store.domain.llm_calls.stats",
     "NewEvent": "trm_store.events",
     "PreparedEvent": "trm_store.prepare",
@@ -141,6 +146,7 @@ _EXPORTS: dict[str, str] = {
     "get_manifest": "trm_store.domain.workspace",
     "list_runs": "trm_store.domain.run_list",
     "llm_stats": "trm_store.domain.llm_calls.stats",
+    "mark_stale_gates": "trm_store.domain.gate_leases",
     "mark_stale_runs": "trm_store.domain.run_leases",
     "open_store": "trm_store.bootstrap",
     "read_diagnoses": "trm_store.domain.diagnosis",
@@ -173,6 +179,7 @@ __all__ = [
     "GateReport",
     "InfraOutcomeError",
     "LLMSourceStats",
+    "ManifestExportError",
     "NewEvent",
     "PreparedEvent",
     "Projection",
@@ -197,6 +204,7 @@ __all__ = [
     "get_manifest",
     "list_runs",
     "llm_stats",
+    "mark_stale_gates",
     "mark_stale_runs",
     "open_store",
     "read_diagnoses",

@@ -12,11 +12,16 @@ baseline cache and run log without loading a database library (`trm_store/__init
 | `tool_calls`     | the model ended its turn with tool calls                   | no    |
 | `error`          | the call failed for good (retries exhausted, fatal error)  | yes   |
 | `parse_error`    | the harness could not parse or grade the reply             | yes   |
+
+A question's outcome is the pair (correct, stop_reason), and only some pairs mean something: an
+INFRA reason has no verdict (`correct` is None: the model was never judged), every other reason
+has one (`correct` is True or False). `outcome_problem` is that rule, for every writer and reader
+of outcomes (the run log, the baseline cache, the gate).
 """
 
 from __future__ import annotations
 
-__all__ = ["ID_MAX", "INFRA_STOP_REASONS", "STOP_REASONS", "id_problem"]
+__all__ = ["ID_MAX", "INFRA_STOP_REASONS", "STOP_REASONS", "id_problem", "outcome_problem"]
 
 INFRA_STOP_REASONS: frozenset[str] = frozenset({"error", "parse_error"})
 """Stop reasons that mean the infrastructure failed, not the model (SPEC §3)."""
@@ -43,4 +48,25 @@ def id_problem(value: object, limit: int = ID_MAX, *, printable: bool = True) ->
         return f"must be a non-blank string of at most {limit} characters"
     if printable and not value.isprintable():
         return f"{value!r:.80} contains control characters"
+    return None
+
+
+def outcome_problem(correct: object, stop_reason: object) -> str | None:
+    """Why (correct, stop_reason) is not a consistent question outcome, or None when it is: the
+    reason must be one of STOP_REASONS; an INFRA reason goes with `correct=None`, any other
+    reason with `correct` True or False. Each caller raises its own package's typed error."""
+    if not isinstance(stop_reason, str) or stop_reason not in STOP_REASONS:
+        return f"unknown stop_reason {stop_reason!r:.80}; known: {', '.join(sorted(STOP_REASONS))}"
+    if correct is not None and not isinstance(correct, bool):
+        return f"correct must be True, False or None, got {correct!r:.80}"
+    if stop_reason in INFRA_STOP_REASONS and correct is not None:
+        return (
+            f"stop_reason {stop_reason!r} is an INFRA failure and has no verdict: "
+            f"correct must be None, got {correct!r}"
+        )
+    if stop_reason not in INFRA_STOP_REASONS and correct is None:
+        return (
+            f"stop_reason {stop_reason!r} is a model outcome and needs a verdict: "
+            "correct must be True or False, got None"
+        )
     return None

@@ -63,9 +63,9 @@ USER = [{"role": "user", "content": "Say hello."}]
 def _populate(store: Store) -> None:
     """One of each record, plus a run left `running` (so mark_stale_runs has work to refuse)."""
     scaffold_workspace(store, "ws1", skills="s1", prompts="p1", model="m")
-    record_run(store, "ws1", "run-1", epoch=1)
     with RunLog(store, "run-1", config={"seed": 1}) as log:
         log.record_prediction("q1", unit_id="u1", prediction="A", correct=True, stop_reason="stop")
+    record_run(store, "ws1", "run-1", epoch=1)
     RunLog(store, "run-dead", config={"seed": 2}).__enter__()  # registered, never finished
     write_dual_metric(
         store,
@@ -134,7 +134,7 @@ def _write_paths(ro: Store) -> dict[str, Callable[[], object]]:
         "RunLog(register_run=True)": register_run,
         "scaffold_workspace": lambda: scaffold_workspace(ro, "ws2", skills="s", prompts="p"),
         "update_manifest": lambda: update_manifest(ro, "ws1", skills="s2"),
-        "record_run": lambda: record_run(ro, "ws1", "run-2"),
+        "record_run": lambda: record_run(ro, "ws1", "run-1"),
         "update_best": lambda: update_best(ro, "ws1", run_id="run-1"),
         "write_dual_metric": lambda: write_dual_metric(
             ro,
@@ -234,11 +234,11 @@ def test_hostile_strings_are_data_never_sql(store_url: str, hostile: str) -> Non
             ],
         )
         scaffold_workspace(store, hostile, skills=hostile, prompts=hostile, note=hostile)
-        record_run(store, hostile, hostile, note=hostile)
         with RunLog(store, hostile, config={hostile: hostile}) as log:
             log.record_prediction(
                 hostile, unit_id=hostile, prediction=hostile, correct=True, stop_reason="stop"
             )
+        record_run(store, hostile, hostile, note=hostile)
         record_diagnosis(store, run_id=hostile, question_id=hostile, tier="wrong", detail=payload)
         results = [{"question_id": hostile, "correct": True, "stop_reason": "stop"}]
         cache = BaselineCache(store)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from trm_store import NewEvent, Store, open_store
+from trm_store import NewEvent, RunLog, Store, open_store
 from trm_store.domain.errors import DuplicateFinalMetricError
 from trm_store.domain.metrics import read_dual_metric, write_dual_metric
 
@@ -15,6 +15,9 @@ from trm_store.domain.metrics import read_dual_metric, write_dual_metric
 @pytest.fixture
 def store(store_url: str) -> Iterator[Store]:
     with open_store(store_url) as opened:
+        for run_id in ("r", "r2"):  # a metric measures a registered run
+            with RunLog(opened, run_id):
+                pass
         yield opened
 
 

@@ -40,7 +40,7 @@ json_scalar = st.one_of(
 )
 question = st.tuples(
     st.sampled_from(QUESTIONS), st.booleans(), st.sampled_from(["stop", "length", "error"])
-)
+).map(lambda q: (q[0], None if q[2] == "error" else q[1], q[2]))  # INFRA has no verdict
 commands = st.one_of(
     st.tuples(st.just("scaffold"), st.sampled_from(WORKSPACES), json_scalar),
     st.tuples(
@@ -125,7 +125,7 @@ def _run(store: Store, ns: str, command: tuple[Any, ...]) -> None:
     elif kind == "cache":
         snapshot, unit, questions = args
         results = [{"question_id": q, "correct": c, "stop_reason": r} for q, c, r in questions]
-        score = sum(c for _, c, _ in questions) / len(questions)
+        score = sum(bool(c) for _, c, _ in questions) / len(questions)
         outcome = {"score": score, "n_questions": len(questions), "results": results}
         BaselineCache(store).put(ns + snapshot, unit, outcome)
     elif kind == "invalidate":

@@ -5,6 +5,7 @@ One module per command, holding its arguments and its rendering; what it shows c
 domain's queries (`trm_store.domain`):
 
 - `runs`: `trm runs` (`list_runs`, `mark_stale_runs`);
+- `gates`: `trm gates` (`list_gates`, `mark_stale_gates`);
 - `gate_report`: `trm gate-report` (`read_gate_report`; e-values by `trm_gate`'s conversion);
 - `llm_stats`: `trm llm-stats` (`llm_stats`);
 - `replay`: `trm replay-projections`;
@@ -22,7 +23,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from trm_store.cli import demo, diagnose, gate_report, llm_stats, replay, runs
+from trm_store.cli import demo, diagnose, gate_report, gates, llm_stats, replay, runs
 from trm_store.errors import StoreError
 
 __all__ = ["main"]
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo.add_parser(commands)
     runs.add_parser(commands)
+    gates.add_parser(commands)
     gate_report.add_parser(commands)
     llm_stats.add_parser(commands)
     diagnose.add_parser(commands)

@@ -2,8 +2,9 @@
 
 A run whose process was SIGKILLed reads `running` forever; its lease (heartbeat) ages instead.
 A `running` run silent for longer than --stale-after is flagged; --mark-stale appends
-`failed(reason="stale")` to each (`mark_stale_runs`). Without --mark-stale the store is opened
-read-only: listing (`list_runs`) never writes.
+`failed(reason="stale")` to each (`mark_stale_runs`); a run whose process on this host is gone is
+stale at once. `--fail RUN_ID [--reason TEXT]` fails one running run by hand (`fail_run`).
+Without --mark-stale or --fail the store is opened read-only: listing (`list_runs`) never writes.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,16 +21,18 @@ from rich.table import Table
 
 from trm_store.bootstrap import open_store
 from trm_store.cli.common import report_console
-from trm_store.domain.run_leases import mark_stale_runs, stale_runs
+from trm_store.domain._common import json_default
+from trm_store.domain.run_leases import fail_run, mark_stale_runs, stale_runs
 from trm_store.domain.run_list import list_runs
 
-__all__ = ["DEFAULT_STALE_AFTER_S", "add_parser", "run"]
+__all__ = ["DEFAULT_STALE_AFTER_S", "add_parser", "age_text", "run", "seconds_arg", "time_text"]
 
 DEFAULT_STALE_AFTER_S = 300.0
 """A live `RunLog` refreshes its lease at least every few seconds while it records."""
 
 
-def _seconds(text: str) -> float:
+def seconds_arg(text: str) -> float:
+    """An argparse `type`: a finite number of seconds > 0."""
     try:
         value = float(text)
     except ValueError:
@@ -51,7 +55,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
         "--stale-after",
-        type=_seconds,
+        type=seconds_arg,
         default=DEFAULT_STALE_AFTER_S,
         metavar="SECONDS",
         help="a running run silent this long is stale (default: %(default)g)",
@@ -59,13 +63,26 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--mark-stale", action="store_true", help="record the stale runs as failed (writes)"
     )
+    parser.add_argument(
+        "--fail", metavar="RUN_ID", help="record this running run as failed (reason `operator`)"
+    )
+    parser.add_argument(
+        "--reason", metavar="TEXT", help="with --fail: the failure's text (default: by an operator)"
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.reason is not None and args.fail is None:
+        print("trm runs: --reason goes with --fail RUN_ID", file=sys.stderr)
+        return 2
     older_than = timedelta(seconds=args.stale_after)
-    with open_store(args.db, read_only=not args.mark_stale) as store:
+    with open_store(args.db, read_only=not (args.mark_stale or args.fail)) as store:
         now = datetime.now(UTC)
+        if args.fail is not None:
+            fail_run(store, args.fail, reason=args.reason, now=now)
+            if not args.json:
+                print(f"run {args.fail} is now failed (operator)")
         marked = mark_stale_runs(store, older_than, now=now) if args.mark_stale else []
         stale = {r.run_id for r in stale_runs(store, older_than, now=now)}
         runs = [{**r, "stale": r["run_id"] in stale} for r in list_runs(store, now=now)]
@@ -78,8 +95,9 @@ def run(args: argparse.Namespace) -> int:
                         "runs": runs,
                         "stale": sorted(stale),
                         "marked_stale": marked,
+                        "failed": args.fail,
                     },
-                    default=_iso,
+                    default=json_default,
                 )
             )
         else:
@@ -87,13 +105,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _iso(value: object) -> str:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
-
-
-def _age(seconds: float | None) -> str:
+def age_text(seconds: float | None) -> str:
+    """An age as a few characters (`42s`, `7m`, `3.5h`; `-` for None)."""
     if seconds is None:
         return "-"
     if abs(seconds) < 120:
@@ -103,7 +116,8 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def _time(value: datetime | None) -> str:
+def time_text(value: datetime | None) -> str:
+    """A UTC time to the second, or `-`."""
     return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
 
 
@@ -129,11 +143,11 @@ def _print(
         table.add_row(
             r["run_id"],
             status,
-            _time(r["started_at"]),
-            _time(r["ended_at"]),
+            time_text(r["started_at"]),
+            time_text(r["ended_at"]),
             str(r["predictions"]),
             f"{r['host']}/{r['pid']}",
-            _age(r["lease_age_s"]),
+            age_text(r["lease_age_s"]),
         )
     console.print(table)
     stale = [r["run_id"] for r in runs if r["stale"]]

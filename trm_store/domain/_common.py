@@ -30,6 +30,7 @@ __all__ = [
     "check_finite",
     "check_id",
     "check_int",
+    "json_default",
     "row_by_key",
     "stream_id",
     "update_rows",
@@ -99,6 +100,14 @@ def check_finite(name: str, value: object) -> float:
 def as_utc(value: datetime) -> datetime:
     """A datetime read back from either backend as an aware UTC datetime."""
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def json_default(value: object) -> str:
+    """`json.dumps(default=...)` for the read API's values: a datetime as ISO 8601 (the one
+    shape of a timestamp in JSON output); anything else is not JSON."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 def row_by_key(

@@ -32,7 +32,7 @@ from trm_store.domain.errors import DomainInputError, InfraOutcomeError
 from trm_store.events import NewEvent, RecordedEvent, register_event_type
 from trm_store.projections import Projection, register_projection
 from trm_store.schema import JsonColumn
-from trm_store.vocabulary import INFRA_STOP_REASONS
+from trm_store.vocabulary import INFRA_STOP_REASONS, outcome_problem
 
 if TYPE_CHECKING:
     from trm_store.store import Store
@@ -53,6 +53,13 @@ class BaselineQuestion(BaseModel):
     question_id: _Str
     correct: Annotated[bool, Strict()]
     stop_reason: Annotated[str, Strict(), Field(min_length=1, max_length=64)]
+
+    @model_validator(mode="after")
+    def _known(self) -> Self:
+        problem = outcome_problem(self.correct, self.stop_reason)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
 
 class BaselineOutcome(BaseModel):

@@ -10,6 +10,7 @@ StoreError
  │    ├── WorkspaceExistsError           scaffold_workspace of a workspace that exists
  │    ├── DuplicateFinalMetricError      a second `final` dual metric for (run, epoch, pool)
  │    └── RunStateError                  a RunLog used outside its `with` block, or read-only
+ ├── ManifestExportError               export_manifest could not write the file (nothing replaced)
  └── UnknownEntityError                  the thing asked for was never recorded
       ├── UnknownWorkspaceError
       ├── UnknownRunError
@@ -28,6 +29,7 @@ __all__ = [
     "DomainInputError",
     "DuplicateFinalMetricError",
     "InfraOutcomeError",
+    "ManifestExportError",
     "RunStateError",
     "UnknownCallError",
     "UnknownEntityError",
@@ -74,6 +76,11 @@ class DuplicateFinalMetricError(DomainConflictError):
 
 class RunStateError(DomainConflictError):
     """A RunLog was used outside its `with` block, or written through with register_run=False."""
+
+
+class ManifestExportError(StoreError):
+    """export_manifest could not write its file (a missing directory, no permission, a full
+    disk); the file it would have replaced is untouched."""
 
 
 class UnknownEntityError(StoreError):

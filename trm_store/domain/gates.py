@@ -98,10 +98,12 @@ class GateDecided(DomainModel):
 
 
 class GateFailed(DomainModel):
-    """An arm raised (or the run was cancelled) during `block`: the gate decided nothing."""
+    """An arm raised (or the run was cancelled) during `block`, or (`reason="stale"`) its
+    process is gone (`mark_stale_gates`): the gate decided nothing."""
 
     error: str = Field(max_length=1000)
     block: int = Field(ge=1)
+    reason: Literal["error", "stale"] = "error"
 
 
 STARTED = "gate.started"
@@ -123,7 +125,7 @@ class GatesProjection(Projection):
     """`gates`: one row per gate, its parameters and running totals, then its verdict."""
 
     name: ClassVar[str] = PROJECTION
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3
     event_types: ClassVar[frozenset[str]] = frozenset({STARTED, BLOCK_EVALUATED, DECIDED, FAILED})
 
     def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
@@ -151,6 +153,12 @@ class GatesProjection(Projection):
             Column("log_futility_e_value", Float, nullable=False),
             Column("started_at", DateTime(timezone=True), nullable=False),
             Column("decided_at", DateTime(timezone=True), nullable=True),
+            # The gate's lease, derived from its own events: the process that started it (the
+            # host and pid the store puts in every event's meta) and when it last wrote.
+            Column("host", String(255), nullable=True),
+            Column("pid", Integer, nullable=True),
+            Column("last_event_at", DateTime(timezone=True), nullable=False),
+            Column("version", Integer, nullable=False),
         )
         Index(f"ix_gates_status{suffix}", gates.c.status)
         return {"gates": gates}
@@ -163,6 +171,7 @@ class GatesProjection(Projection):
             gate_id = event.stream_id.removeprefix(f"{STREAM}:")
             key = gates.c.gate_id == gate_id
             data = event.data
+            touched = {"last_event_at": event.recorded_at, "version": event.version}
             if event.type == STARTED:
                 conn.execute(insert(gates).values(**_started_row(gate_id, event)))
             elif event.type == BLOCK_EVALUATED:
@@ -170,6 +179,7 @@ class GatesProjection(Projection):
                     update(gates)
                     .where(key)
                     .values(
+                        **touched,
                         blocks=gates.c.blocks + 1,
                         units_evaluated=gates.c.units_evaluated + len(data["unit_ids"]),
                         wins=gates.c.wins + data["wins"],
@@ -189,13 +199,19 @@ class GatesProjection(Projection):
                 conn.execute(
                     update(gates)
                     .where(key)
-                    .values(status="failed", reason=data["error"], decided_at=event.recorded_at)
+                    .values(
+                        **touched,
+                        status="failed",
+                        reason=data["error"],
+                        decided_at=event.recorded_at,
+                    )
                 )
             else:
                 conn.execute(
                     update(gates)
                     .where(key)
                     .values(
+                        **touched,
                         status="decided",
                         verdict=data["verdict"],
                         reason=data["reason"],
@@ -228,7 +244,25 @@ def _started_row(gate_id: str, event: RecordedEvent) -> dict[str, Any]:
         "log_futility_e_value": 0.0,
         "started_at": event.recorded_at,
         "decided_at": None,
+        **_holder(event.meta),
+        "last_event_at": event.recorded_at,
+        "version": event.version,
     }
+
+
+def _holder(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The started event's `host` and `pid` meta (the appending process, as the store records
+    it), when both are there and fit their columns; else None for both (age alone then)."""
+    host, pid = meta.get("host"), meta.get("pid")
+    if (
+        isinstance(host, str)
+        and 0 < len(host) <= 255
+        and isinstance(pid, int)
+        and not isinstance(pid, bool)
+        and 0 < pid < 2**31
+    ):
+        return {"host": host, "pid": pid}
+    return {"host": None, "pid": None}
 
 
 register_projection(GatesProjection())
@@ -238,12 +272,15 @@ def _row_dict(row: Any) -> dict[str, Any]:
     out = dict(row._mapping)
     out["started_at"] = as_utc(out["started_at"])
     out["decided_at"] = None if out["decided_at"] is None else as_utc(out["decided_at"])
+    out["last_event_at"] = as_utc(out["last_event_at"])
     return out
 
 
 def gate_info(store: Store, gate_id: str) -> dict[str, Any]:
     """The gate as the `gates` table has it: status (`running` / `decided` / `failed`), verdict,
-    reason, snapshots, seed, parameters, running totals and log e-values, start and end times."""
+    reason, snapshots, seed, parameters, running totals and log e-values, start and end times,
+    its holder (`host`, `pid` of the process that started it), `last_event_at`
+    and its stream `version`."""
     row = row_by_key(store, PROJECTION, "gates", "gate_id", check_id("gate_id", gate_id))
     if row is None:
         raise UnknownGateError(f"no gate {gate_id!r} was started")

@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trm_store.domain._common import json_default
+from trm_store.domain.errors import DomainInputError, ManifestExportError
 from trm_store.domain.workspace import get_manifest
 
 if TYPE_CHECKING:
@@ -29,19 +31,35 @@ _NEW_FILE_MODE = 0o644
 def export_manifest(store: Store, workspace_id: str, path: str | os.PathLike[str]) -> Path:
     """Write the workspace's manifest to `path` atomically and return the file written.
 
-    `path` is the file to write, or an existing directory to write `manifest.json` into.
+    `path` is the file to write, or an existing directory to write `manifest.json` into. A path
+    that cannot be written (its directory missing, no permission, a full disk) raises
+    ManifestExportError, with the previous file, if any, untouched.
     """
     manifest = get_manifest(store, workspace_id)
-    target = Path(path)
+    try:
+        target = Path(path)
+    except TypeError as e:
+        raise DomainInputError(f"path must be a str or os.PathLike, got {path!r:.80}") from e
     if target.is_dir():
         target = target / MANIFEST_NAME
-    atomic_write_json(target, manifest)
+    if not target.parent.is_dir():
+        raise ManifestExportError(
+            f"cannot write {target}: directory {target.parent} does not exist"
+        )
+    try:
+        atomic_write_json(target, manifest)
+    except OSError as e:
+        raise ManifestExportError(f"cannot write {target}: {e.strerror or e}") from e
     return target
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
-    """Replace `path` with `data` as JSON, all or nothing, durably (tmp + fsync + os.replace)."""
-    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+    """Replace `path` with `data` as JSON (datetimes as ISO 8601), all or nothing, durably
+    (tmp + fsync + os.replace)."""
+    text = json.dumps(
+        data, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False, default=json_default
+    )
+    text += "\n"
     directory = path.parent
     mode = path.stat().st_mode & 0o777 if path.exists() else _NEW_FILE_MODE
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)

@@ -41,6 +41,7 @@ from trm_store.domain._common import (
     validated,
 )
 from trm_store.domain.errors import DuplicateFinalMetricError
+from trm_store.domain.runs import require_run
 from trm_store.errors import ConcurrencyError
 from trm_store.events import NewEvent, RecordedEvent, register_event_type
 from trm_store.projections import Projection, register_projection
@@ -161,6 +162,7 @@ def write_dual_metric(
         "mixed_score": mixed_score,
     }
     metric = validated(DualMetricRecorded, data, f"dual metric of run {run_id!r}")
+    require_run(store, run_id)  # a metric measures a run: a dangling id would measure nothing
     event = NewEvent(DUAL_METRIC_RECORDED, metric.model_dump())
     for attempt in range(_RETRIES):
         version, has_final = _state(store, run_id, metric)

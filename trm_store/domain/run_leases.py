@@ -3,8 +3,10 @@
 A process that is SIGKILLed never appends `completed` or `failed`, so its run would read `running`
 forever. A live `RunLog` refreshes a row in `run_leases` (a mutable table outside the event log:
 heartbeats are not facts worth keeping); `mark_stale_runs` appends `failed(reason="stale")` for
-runs that are `running` but silent for longer than `older_than`. The append expects the stream
-version it saw, so two markers cannot both append, and a run that wrote meanwhile is left alone.
+runs that are `running` but silent for longer than `older_than`, and at once for runs whose lease
+holder is a process on this host that no longer exists. The append expects the stream version it
+saw, so two markers cannot both append, and a run that wrote meanwhile is left alone. `fail_run`
+fails one running run by hand (`trm runs --fail`).
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 
-from trm_store.domain._common import as_utc, upsert
-from trm_store.domain.errors import DomainInputError
-from trm_store.domain.runs import FAILED, PROJECTION, stream_of
+from trm_store.domain._common import as_utc, check_id, upsert, validated
+from trm_store.domain._liveness import holder_gone
+from trm_store.domain.errors import DomainInputError, RunStateError
+from trm_store.domain.runs import FAILED, PROJECTION, Failed, run_info, run_version, stream_of
 from trm_store.errors import ConcurrencyError
 from trm_store.events import NewEvent
 from trm_store.schema import RUN_LEASES
@@ -25,16 +28,34 @@ from trm_store.schema import RUN_LEASES
 if TYPE_CHECKING:
     from trm_store.store import Store
 
-__all__ = ["StaleRun", "mark_stale_runs", "release_lease", "stale_runs", "write_lease"]
+__all__ = ["StaleRun", "fail_run", "mark_stale_runs", "release_lease", "stale_runs", "write_lease"]
 
 
 @dataclass(frozen=True, slots=True)
 class StaleRun:
-    """A `running` run not heard from since `last_seen`, at stream version `version`."""
+    """A `running` run not heard from since `last_seen`, at stream version `version`; `why` it
+    is presumed dead."""
 
     run_id: str
     version: int
     last_seen: datetime
+    why: str
+
+
+def aware_now(now: object) -> datetime:
+    """`now` if it is an aware datetime, the current time for None, else DomainInputError."""
+    if now is None:
+        return datetime.now(UTC)
+    if not isinstance(now, datetime) or now.tzinfo is None:
+        raise DomainInputError(f"now must be an aware datetime, got {now!r}")
+    return now
+
+
+def check_window(older_than: object) -> timedelta:
+    """A staleness threshold: a positive timedelta, else DomainInputError."""
+    if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
+        raise DomainInputError(f"older_than must be a positive timedelta, got {older_than!r}")
+    return older_than
 
 
 def write_lease(store: Store, run_id: str, *, host: str, pid: int, now: datetime) -> None:
@@ -54,18 +75,20 @@ def stale_runs(
     store: Store, older_than: timedelta, *, now: datetime | None = None
 ) -> list[StaleRun]:
     """`running` runs whose last heartbeat and last status event are both older than
-    `now - older_than` (a run that never wrote a lease counts from its registration)."""
-    if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
-        raise DomainInputError(f"older_than must be a positive timedelta, got {older_than!r}")
-    if now is None:
-        now = datetime.now(UTC)
-    elif not isinstance(now, datetime) or now.tzinfo is None:
-        raise DomainInputError(f"now must be an aware datetime, got {now!r}")
-    cutoff = now - older_than
+    `now - older_than` (a run that never wrote a lease counts from its registration), and those
+    whose lease holder (or, without a lease, registering process) was on this host and is gone."""
+    cutoff = aware_now(now) - check_window(older_than)
     with store.query(PROJECTION) as (conn, tables):
         runs = tables["runs"]
         rows = conn.execute(
-            select(runs.c.run_id, runs.c.version, runs.c.last_event_at, RUN_LEASES.c.heartbeat_at)
+            select(
+                runs.c.run_id,
+                runs.c.version,
+                runs.c.last_event_at,
+                func.coalesce(RUN_LEASES.c.host, runs.c.host).label("host"),
+                func.coalesce(RUN_LEASES.c.pid, runs.c.pid).label("pid"),
+                RUN_LEASES.c.heartbeat_at,
+            )
             .select_from(runs.outerjoin(RUN_LEASES, RUN_LEASES.c.run_id == runs.c.run_id))
             .where(runs.c.status == "running")
             .order_by(runs.c.run_id)
@@ -75,8 +98,14 @@ def stale_runs(
         seen = [as_utc(row.last_event_at)]
         if row.heartbeat_at is not None:
             seen.append(as_utc(row.heartbeat_at))
-        if max(seen) < cutoff:
-            found.append(StaleRun(row.run_id, row.version, max(seen)))
+        last = max(seen)
+        if holder_gone(row.host, row.pid):
+            why = f"its process {row.pid} on {row.host} is gone (last heard of {last.isoformat()})"
+        elif last < cutoff:
+            why = f"no heartbeat since {last.isoformat()}; the process is presumed dead"
+        else:
+            continue
+        found.append(StaleRun(row.run_id, row.version, last, why))
     return found
 
 
@@ -84,21 +113,44 @@ def mark_stale_runs(
     store: Store, older_than: timedelta, *, now: datetime | None = None
 ) -> list[str]:
     """Append `failed(reason="stale")` to every stale run, once; the run ids marked by this call."""
-    now = now or datetime.now(UTC)
+    now = aware_now(now)
     return [run.run_id for run in stale_runs(store, older_than, now=now) if _mark(store, run, now)]
 
 
 def _mark(store: Store, run: StaleRun, now: datetime) -> bool:
     """Mark one run, unless its stream moved since it was found stale (another marker, or the run
     itself is alive after all)."""
-    data = {
-        "finished_at": now,
-        "reason": "stale",
-        "error": f"no heartbeat since {run.last_seen.isoformat()}; the process is presumed dead",
-    }
+    data = {"finished_at": now, "reason": "stale", "error": run.why}
     try:
         store.append(stream_of(run.run_id), [NewEvent(FAILED, data)], expected_version=run.version)
     except ConcurrencyError:
         return False
     release_lease(store, run.run_id)
     return True
+
+
+def fail_run(
+    store: Store, run_id: str, *, reason: str | None = None, now: datetime | None = None
+) -> None:
+    """Fail one running run by hand (`failed(reason="operator")`, with `reason` as its error
+    text). UnknownRunError if it was never registered, RunStateError if it has ended already
+    (or ends while this call runs); nothing is written then."""
+    check_id("run_id", run_id)
+    now = aware_now(now)
+    text = "failed by an operator" if reason is None else reason
+    data = {"finished_at": now, "reason": "operator", "error": text}
+    event = validated(Failed, data, f"fail_run({run_id!r})")
+    info = run_info(store, run_id)
+    if info["status"] == "running":
+        try:
+            store.append(
+                stream_of(run_id),
+                [NewEvent(FAILED, event.model_dump())],
+                expected_version=run_version(store, run_id),
+            )
+        except ConcurrencyError:
+            info = run_info(store, run_id)
+        else:
+            release_lease(store, run_id)
+            return
+    raise RunStateError(f"run {run_id!r} is {info['status']} already: only a running run can fail")

@@ -5,6 +5,13 @@ Entering registers the run (`run.registered`, with a lease); predictions are buf
 had not flushed; leaving appends `run.completed`, or `run.failed` with the error when the block
 raised. `register_run=False` is for reading a run someone else wrote (a baseline): it appends
 nothing, on enter or exit, and works on a store opened `read_only=True`.
+
+A run's life has one direction: registered, written to, ended once. Registration expects a new
+stream, so a run id registered before (finished, or running in this or another process: a nested
+`RunLog` of the same id) is refused with RunStateError; a new attempt is a new run id. Every
+later append expects the version this writer last wrote, so once the run was ended by someone else
+(`mark_stale_runs`, `fail_run`), its flushes, heartbeats and its end raise RunStateError and
+nothing more is written to it.
 """
 
 from __future__ import annotations
@@ -29,11 +36,13 @@ from trm_store.domain.runs import (
     Registered,
     read_predictions,
     run_info,
+    run_version,
     stream_of,
 )
-from trm_store.errors import EventValidationError
+from trm_store.errors import ConcurrencyError, EventValidationError
 from trm_store.events import NewEvent
 from trm_store.prepare import PreparedEvent
+from trm_store.vocabulary import outcome_problem
 
 if TYPE_CHECKING:
     from trm_store.store import Store
@@ -78,6 +87,8 @@ class RunLog:
         self._pending: list[PreparedEvent] = []
         self._last_heartbeat: datetime | None = None
         self._state: Literal["new", "open", "closed"] = "new"
+        self._version = 0
+        """The run's stream version as this writer last wrote it."""
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -90,7 +101,14 @@ class RunLog:
             now = self._clock()
             data = {"started_at": now, "config": self._config, "host": self._host, "pid": self._pid}
             event = validated(Registered, data, f"RunLog({self.run_id!r}) registration")
-            self._store.append(stream_of(self.run_id), [NewEvent(REGISTERED, event.model_dump())])
+            try:
+                self._append([self._store.prepare(NewEvent(REGISTERED, event.model_dump()))], 0)
+            except RunStateError:
+                status = run_info(self._store, self.run_id)["status"]
+                raise RunStateError(
+                    f"run {self.run_id!r} is registered already ({status}): a run is registered "
+                    "once, so a new attempt needs a new run id"
+                ) from None
             self._beat(now)
         self._state = "open"
         return self
@@ -104,14 +122,14 @@ class RunLog:
         self._state = "closed"
         if not self._register:
             return
-        error = exc
         try:
             self._flush()
+        except RunStateError:
+            raise  # the run was ended elsewhere: there is nothing more to write to it
         except BaseException as flush_error:
-            error = error or flush_error
+            self._finish(exc or flush_error)
             raise
-        finally:
-            self._finish(error)
+        self._finish(exc)
 
     def _finish(self, error: BaseException | None) -> None:
         now = self._clock()
@@ -120,8 +138,27 @@ class RunLog:
         else:
             text = f"{type(error).__name__}: {error}"[:ERROR_MAX]
             event = NewEvent(FAILED, {"finished_at": now, "reason": "error", "error": text})
-        self._store.append(stream_of(self.run_id), [event])
+        self._append([self._store.prepare(event)], self._version)
         release_lease(self._store, self.run_id)
+
+    def _append(self, events: list[PreparedEvent], expected: int) -> None:
+        """Append to the run's stream at version `expected` (what this writer last wrote); a
+        stream that moved means the run was ended elsewhere: RunStateError, nothing written."""
+        try:
+            recorded = self._store.append_prepared(
+                stream_of(self.run_id), events, expected_version=expected
+            )
+        except ConcurrencyError:
+            raise RunStateError(self._ended_elsewhere()) from None
+        self._version = recorded[-1].version
+
+    def _ended_elsewhere(self) -> str:
+        info = run_info(self._store, self.run_id)
+        why = f" ({info['reason']}: {info['error']})" if info["reason"] else ""
+        return (
+            f"run {self.run_id!r} is {info['status']}{why}, ended by another writer: "
+            "nothing more can be written to it"
+        )
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -140,6 +177,9 @@ class RunLog:
         Recording a question again replaces its prediction in `predictions()` (the log keeps both).
         """
         self._require_writable()
+        problem = outcome_problem(correct, stop_reason)
+        if problem is not None:
+            raise DomainInputError(f"prediction {question_id!r:.80}: {problem}")
         data = {
             "question_id": check_id("question_id", question_id),
             "unit_id": check_id("unit_id", unit_id),
@@ -166,13 +206,15 @@ class RunLog:
     def heartbeat(self) -> None:
         """Refresh the run's lease, so `mark_stale_runs` knows its process is alive."""
         self._require_writable()
+        if run_version(self._store, self.run_id) != self._version:
+            raise RunStateError(self._ended_elsewhere())
         self._beat(self._clock())
 
     def _flush(self) -> int:
         if not self._pending:
             return 0
         # On error the buffer is kept: the next flush retries it with the same event ids.
-        self._store.append_prepared(stream_of(self.run_id), self._pending)
+        self._append(self._pending, self._version)
         written, self._pending = len(self._pending), []
         now = self._clock()
         if self._last_heartbeat is None or now - self._last_heartbeat >= HEARTBEAT_INTERVAL:

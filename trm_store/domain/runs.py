@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
-from pydantic import AwareDatetime, Field, JsonValue
+from pydantic import AwareDatetime, Field, JsonValue, model_validator
 from sqlalchemy import (
     Boolean,
     Column,
@@ -31,6 +31,7 @@ from trm_store.domain._common import (
     DomainModel,
     as_utc,
     check_id,
+    row_by_key,
     stream_id,
     update_rows,
     upsert,
@@ -39,6 +40,7 @@ from trm_store.domain.errors import UnknownRunError
 from trm_store.events import RecordedEvent, register_event_type
 from trm_store.projections import Projection, register_projection
 from trm_store.schema import RUN_LEASES, JsonColumn
+from trm_store.vocabulary import outcome_problem
 
 if TYPE_CHECKING:
     from trm_store.store import Store
@@ -66,6 +68,13 @@ class PredictionRecorded(DomainModel):
     stop_reason: str = Field(min_length=1, max_length=64)
     fields: dict[str, JsonValue]
 
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        problem = outcome_problem(self.correct, self.stop_reason)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
 
 class Completed(DomainModel):
     finished_at: AwareDatetime
@@ -73,7 +82,9 @@ class Completed(DomainModel):
 
 class Failed(DomainModel):
     finished_at: AwareDatetime
-    reason: Literal["error", "stale"]
+    reason: Literal["error", "stale", "operator"]
+    """`error`: the block raised; `stale`: its process is gone (`mark_stale_runs`); `operator`:
+    failed by hand (`fail_run`, `trm runs --fail`)."""
     error: str = Field(max_length=ERROR_MAX)
 
 
@@ -239,6 +250,19 @@ def run_info(store: Store, run_id: str) -> dict[str, Any]:
         "predictions": count,
         "heartbeat_at": None if heartbeat is None else as_utc(heartbeat),
     }
+
+
+def require_run(store: Store, run_id: str) -> None:
+    """UnknownRunError unless `run_id` was registered (runs are never deleted, so a check
+    before an append that names the run suffices)."""
+    if row_by_key(store, PROJECTION, "runs", "run_id", check_id("run_id", run_id)) is None:
+        raise UnknownRunError(f"no run {run_id!r} was registered: register it with RunLog first")
+
+
+def run_version(store: Store, run_id: str) -> int | None:
+    """The run's stream version as the `runs` projection holds it (None: never registered)."""
+    row = row_by_key(store, PROJECTION, "runs", "run_id", run_id)
+    return None if row is None else int(row.version)
 
 
 def read_predictions(store: Store, run_id: str) -> list[dict[str, Any]]:

@@ -37,6 +37,7 @@ from trm_store.domain.errors import (
     UnknownWorkspaceError,
     WorkspaceExistsError,
 )
+from trm_store.domain.runs import require_run
 from trm_store.errors import ConcurrencyError
 from trm_store.events import NewEvent, RecordedEvent, register_event_type
 from trm_store.projections import Projection, register_projection
@@ -192,7 +193,7 @@ register_projection(WorkspaceProjection())
 
 
 def scaffold_workspace(
-    store: Store, workspace_id: str, *, skills: Any, prompts: Any, **fields: Any
+    store: Store, workspace_id: str, /, *, skills: Any, prompts: Any, **fields: Any
 ) -> None:
     """Create the workspace with its skills, prompts and any other manifest fields.
 
@@ -215,7 +216,7 @@ def scaffold_workspace(
         raise WorkspaceExistsError(f"workspace {workspace_id!r} exists already") from e
 
 
-def update_manifest(store: Store, workspace_id: str, **changes: Any) -> None:
+def update_manifest(store: Store, workspace_id: str, /, **changes: Any) -> None:
     """Set manifest fields (skills, prompts or any other); unknown workspace -> error."""
     if not changes:
         raise DomainInputError("update_manifest needs at least one change")
@@ -224,15 +225,16 @@ def update_manifest(store: Store, workspace_id: str, **changes: Any) -> None:
     _append(store, workspace_id, NewEvent(MANIFEST_UPDATED, event.model_dump()))
 
 
-def record_run(store: Store, workspace_id: str, run_id: str, **fields: Any) -> None:
+def record_run(store: Store, workspace_id: str, run_id: str, /, **fields: Any) -> None:
     """Record a run in the workspace; recording it again merges the new fields over the old."""
     check_id("run_id", run_id)
     data = {"run_id": run_id, "fields": check_fields("fields", fields, _RUN_KEYS)}
     event = validated(RunRecorded, data, f"record_run({workspace_id!r}, {run_id!r})")
-    _append(store, workspace_id, NewEvent(RUN_RECORDED, event.model_dump()))
+    # A workspace lists runs this store holds: a dangling id would point at nothing.
+    _append(store, workspace_id, NewEvent(RUN_RECORDED, event.model_dump()), run_id=run_id)
 
 
-def update_best(store: Store, workspace_id: str, **fields: Any) -> None:
+def update_best(store: Store, workspace_id: str, /, **fields: Any) -> None:
     """Replace the workspace's best (e.g. run_id, epoch, score) with `fields`."""
     if not fields:
         raise DomainInputError("update_best needs at least one field")
@@ -242,7 +244,9 @@ def update_best(store: Store, workspace_id: str, **fields: Any) -> None:
 
 
 def get_manifest(store: Store, workspace_id: str) -> dict[str, Any]:
-    """The manifest as JSON-ready data: fields, `runs`, `best`, timestamps and stream version."""
+    """The manifest: its fields, `runs` (each with `recorded_at`), `best`, `created_at`,
+    `updated_at` (aware UTC datetimes, as everywhere in the read API; `export_manifest` writes
+    them as ISO 8601) and the stream version."""
     check_id("workspace_id", workspace_id)
     with store.query(PROJECTION) as (conn, tables):
         workspaces, runs = tables["workspaces"], tables["runs"]
@@ -258,12 +262,11 @@ def get_manifest(store: Store, workspace_id: str) -> dict[str, Any]:
         **row.fields,
         "workspace_id": workspace_id,
         "runs": [
-            {**r.fields, "run_id": r.run_id, "recorded_at": as_utc(r.recorded_at).isoformat()}
-            for r in run_rows
+            {**r.fields, "run_id": r.run_id, "recorded_at": as_utc(r.recorded_at)} for r in run_rows
         ],
         "best": row.best,
-        "created_at": as_utc(row.created_at).isoformat(),
-        "updated_at": as_utc(row.updated_at).isoformat(),
+        "created_at": as_utc(row.created_at),
+        "updated_at": as_utc(row.updated_at),
         "version": row.version,
     }
 
@@ -272,8 +275,9 @@ _NOT_FIELDS = MANIFEST_KEYS | {"skills", "prompts"}
 _RUN_KEYS = frozenset({"run_id", "recorded_at"})
 
 
-def _append(store: Store, workspace_id: str, event: NewEvent) -> None:
-    """Append to an existing workspace (workspaces are never deleted, so a check suffices)."""
+def _append(store: Store, workspace_id: str, event: NewEvent, *, run_id: str | None = None) -> None:
+    """Append to an existing workspace (workspaces and runs are never deleted, so checks
+    suffice); with `run_id`, that run must be registered too."""
     check_id("workspace_id", workspace_id)
     with store.query(PROJECTION) as (conn, tables):
         workspaces = tables["workspaces"]
@@ -282,4 +286,6 @@ def _append(store: Store, workspace_id: str, event: NewEvent) -> None:
         ).first()
     if found is None:
         raise UnknownWorkspaceError(f"no workspace {workspace_id!r}: scaffold it first")
+    if run_id is not None:
+        require_run(store, run_id)
     store.append(stream_id(STREAM, workspace_id), [event])

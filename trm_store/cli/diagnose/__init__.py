@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from rich.table import Table
 
 from trm_store.bootstrap import open_store
 from trm_store.cli.common import counts_text, int_in_range, progress_bar, report_console
-from trm_store.cli.diagnose.inputs import load_items
+from trm_store.cli.diagnose.inputs import Item, load_items
 from trm_store.cli.diagnose.template import PromptTemplate
 from trm_store.cli.diagnose.tiers import parse_tiers
 from trm_store.domain._common import check_id
@@ -49,7 +50,9 @@ def add_parser(commands: Any) -> None:
         "diagnosed for the run, ask the LLM for one tier and record it at once as an event on "
         "diagnosis:{run_id}. A rerun skips what is done; --retry-uncertain also redoes the items "
         "whose latest tier is `uncertain`. Exit 0 when every item is done, 1 when some calls "
-        "failed (nothing recorded for them: rerun), 2 on bad input or a fatal LLM error.",
+        "failed (nothing recorded for them: rerun), 2 on bad input or a fatal LLM error, 130 "
+        "when interrupted (Ctrl-C). An answer holding a NUL or a split surrogate is recorded "
+        "as `uncertain` (detail.parse `poison`).",
     )
     parser.add_argument("--run-id", required=True, help="the run whose items are diagnosed")
     parser.add_argument("--items", required=True, type=Path, metavar="FILE.jsonl")
@@ -81,9 +84,7 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trm_llm import LLMSettingsError, StoreEventSink
-    from trm_store.cli.diagnose import job
-    from trm_store.cli.diagnose.client import governed_client
+    from trm_llm import LLMSettingsError
 
     # Everything is checked before the store is opened: bad input writes nothing.
     check_id("run_id", args.run_id)
@@ -102,6 +103,23 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    try:
+        return _run_job(args, settings, template, items)
+    except KeyboardInterrupt:
+        print("trm diagnose: interrupted (what was recorded is kept; run again)", file=sys.stderr)
+        return 130
+
+
+def _run_job(
+    args: argparse.Namespace,
+    settings: LLMSettings,
+    template: PromptTemplate,
+    items: Sequence[Item],
+) -> int:
+    from trm_llm import StoreEventSink
+    from trm_store.cli.diagnose import job
+    from trm_store.cli.diagnose.client import governed_client
+
     console = Console(stderr=True)
     with open_store(args.db) as store:
         sink, start = StoreEventSink(store), store.head_position()
@@ -171,6 +189,11 @@ def _print(console: Console, summary: Summary, calls: dict[str, Any], url: str) 
         for tier, count in sorted(summary.tiers.items()):
             table.add_row(tier, str(count))
         console.print(table)
+    if summary.poison:
+        console.print(
+            "recorded as uncertain, the answer holding characters the log cannot keep: "
+            + counts_text(summary.poison)
+        )
     if summary.unparsed:
         console.print(
             "recorded as uncertain, the answer naming no single tier: "

@@ -10,11 +10,16 @@ Decisions a user should know:
 - An answer with no recognisable tier, or naming two, is recorded as `uncertain`, with
   `detail.parse` = `unparseable` / `ambiguous` and the answer's start: the call was complete, so
   it is a model outcome, not an infrastructure one; `--retry-uncertain` is how it is asked again.
-- A call that fails (retries exhausted, breaker open, a fatal 4xx) records nothing: an
+- A call that fails (retries exhausted, breaker open, a fatal 4xx, or an error the client should
+  have typed and did not) records nothing: an
   infrastructure failure is never a label. The item stays undone for the next run. A fatal error
   about the endpoint (401, 403, 404, quota) or an open breaker stops the job from starting new
   items, as every one would fail the same way; a 400/413/422 may be about one prompt only, so
   only that item fails.
+- An answer the log cannot hold as it is (a NUL, a split surrogate: `poison`) is recorded as
+  `uncertain` with `detail.parse` = `poison`, `detail.poison` = why, and the answer's start with
+  those characters replaced: it is never read as a tier, the job goes on, and a rerun (the answer
+  now from the cache) skips it; `--retry-uncertain` asks again with a fresh sample.
 - The cache salt is `trm-diagnose:{run_id}:a{n}`, n = diagnoses already recorded for the item: a
   rerun after a crash reuses an answer that completed but was not recorded, while a retry of an
   uncertain item (n >= 1) samples afresh instead of replaying the cached uncertain answer.
@@ -23,6 +28,7 @@ Decisions a user should know:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from trm_llm import CircuitOpenError, FatalLLMError, LLMError, LLMProvider
 from trm_store.cli.diagnose.inputs import Item
+from trm_store.cli.diagnose.poison import poison_of, recordable
 from trm_store.cli.diagnose.template import PromptTemplate
 from trm_store.cli.diagnose.tiers import parse_tier
 from trm_store.domain._common import check_id, check_int
@@ -39,6 +46,8 @@ if TYPE_CHECKING:
     from trm_store.store import Store
 
 __all__ = ["ANSWER_KEPT", "PER_ITEM_STATUSES", "Summary", "diagnose"]
+
+_log = logging.getLogger(__name__)
 
 PER_ITEM_STATUSES = frozenset({400, 413, 422})
 """Fatal statuses that may be about one request (a prompt too long), not the endpoint."""
@@ -56,6 +65,7 @@ class Summary:
     skipped_done: int
     tiers: Counter[str] = field(default_factory=Counter)
     unparsed: Counter[str] = field(default_factory=Counter)
+    poison: Counter[str] = field(default_factory=Counter)
     failed: Counter[str] = field(default_factory=Counter)
     not_started: int = 0
     stopped: str | None = None
@@ -74,6 +84,7 @@ class Summary:
             "diagnosed": self.diagnosed,
             "tiers": dict(self.tiers),
             "unparsed": dict(self.unparsed),
+            "poison": dict(self.poison),
             "failed": dict(self.failed),
             "not_started": self.not_started,
             "stopped": self.stopped,
@@ -127,20 +138,32 @@ async def diagnose(
         except LLMError as e:
             _failed(summary, e)
             return
-        parsed = parse_tier(answer.content, template.tiers)
-        detail = {
-            "parse": parsed.how,
-            "answer": answer.content[:ANSWER_KEPT],
-            "finish_reason": answer.finish_reason,
+        except Exception as e:  # a client bug on a hostile answer: that item fails, not the job
+            summary.failed[f"{type(e).__name__} (unexpected)"] += 1
+            _log.warning("item %s failed: %s: %.200s", item.question_id, type(e).__name__, e)
+            return
+        poison = poison_of(answer.content) or poison_of(answer.finish_reason)
+        if poison is None:
+            parsed = parse_tier(answer.content, template.tiers)
+            tier, how = parsed.tier, parsed.how
+        else:
+            tier, how = "uncertain", "poison"
+        detail: dict[str, Any] = {
+            "parse": how,
+            "answer": recordable(answer.content[:ANSWER_KEPT]),
+            "finish_reason": recordable(answer.finish_reason),
             "call_id": answer.call_id,
             "cached": answer.cached,
         }
+        if poison is not None:
+            detail["poison"] = poison
+            summary.poison[poison] += 1
         record_diagnosis(
-            store, run_id=run_id, question_id=item.question_id, tier=parsed.tier, detail=detail
+            store, run_id=run_id, question_id=item.question_id, tier=tier, detail=detail
         )
-        summary.tiers[parsed.tier] += 1
-        if parsed.how in ("ambiguous", "unparseable"):
-            summary.unparsed[parsed.how] += 1
+        summary.tiers[tier] += 1
+        if how in ("ambiguous", "unparseable"):
+            summary.unparsed[how] += 1
 
     async def worker() -> None:
         for item in pending:

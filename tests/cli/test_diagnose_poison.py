@@ -1,0 +1,124 @@
+"""`trm diagnose` survives poison (issue 15.9): an answer holding a NUL or a split surrogate is
+recorded as `uncertain` with the reason (`detail.parse` = `poison`), the job goes on, and a rerun
+(the answer now from the cache) does not die at it either; Ctrl-C exits 130 with one line."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli.helpers import TierServer, child_env, trm, trm_command, write_items
+from trm_llm.simulated_server import Reply, normal
+from trm_store import open_store
+from trm_store.domain.diagnosis import read_diagnoses
+
+POISON = {"nul": "correct\x00wrong", "surrogate": "correct \ud83d"}
+
+
+class PoisonServer(TierServer):
+    """A TierServer whose `[[say:nul]]` / `[[say:surrogate]]` answers are poison."""
+
+    def respond(self, body: Any) -> Reply:
+        reply = super().respond(body)
+        prompt = body["messages"][-1]["content"]
+        for marker, answer in POISON.items():
+            if f"[[say:{marker}]]" in prompt:
+                poisoned = normal([answer])
+                return Reply(poisoned.status, poisoned.headers, poisoned.steps, poisoned.ending)
+        return reply
+
+
+@pytest.fixture
+def server() -> Iterator[PoisonServer]:
+    srv = PoisonServer()
+    stop = srv.run_in_thread()
+    yield srv
+    stop()
+
+
+def _items(tmp_path: Path) -> Path:
+    hints = ["correct", "nul", "wrong", "surrogate", "correct"]
+    items = [{"question_id": f"q{i}", "hint": f"[[say:{h}]]"} for i, h in enumerate(hints)]
+    return write_items(tmp_path / "items.jsonl", items)
+
+
+def _diagnose(server: PoisonServer, url: str, tmp_path: Path, *extra: str) -> Any:
+    args = ["diagnose", "--run-id", "r1", "--items", str(_items(tmp_path)), "--db", url]
+    args += ["--base-url", server.base_url, "--model", "sim", "--json", "--concurrency", "1"]
+    done = trm(*args, *extra, cwd=tmp_path)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def test_a_nul_answer_is_recorded_as_poison_and_the_job_goes_on(
+    store_url: str, tmp_path: Path, server: PoisonServer
+) -> None:
+    first = _diagnose(server, store_url, tmp_path)
+    summary = json.loads(first.stdout)
+    assert summary["poison"]["NUL"] == 1
+    assert summary["tiers"]["correct"] == 2 and summary["tiers"]["wrong"] == 1
+    with open_store(store_url, read_only=True) as store:
+        diagnoses = read_diagnoses(store, "r1")
+    detail = diagnoses["q1"]["detail"]
+    assert (diagnoses["q1"]["tier"], detail["parse"], detail["poison"]) == (
+        "uncertain",
+        "poison",
+        "NUL",
+    )
+    assert detail["answer"] == "correct\ufffdwrong"
+    # A rerun does not die at it (its answer, in the cache, is never asked for again: the item
+    # is done); --retry-uncertain asks afresh and records whatever comes back.
+    rerun = _diagnose(server, store_url, tmp_path)
+    assert json.loads(rerun.stdout)["skipped_done"] >= 4
+    assert sum("[[say:nul]]" in p for p in server.prompts()) == 1
+    retry = _diagnose(server, store_url, tmp_path, "--retry-uncertain")
+    assert json.loads(retry.stdout)["poison"]["NUL"] == 1
+
+
+def test_a_split_surrogate_fails_only_its_item(
+    store_url: str, tmp_path: Path, server: PoisonServer
+) -> None:
+    """The answer is recorded as poison once trm_llm returns it (issue 15.5: today its cache
+    refuses to store it and raises an untyped error); either way that item alone fails."""
+    first = _diagnose(server, store_url, tmp_path)
+    summary = json.loads(first.stdout)
+    assert summary["diagnosed"] + sum(summary["failed"].values()) == 5
+    with open_store(store_url, read_only=True) as store:
+        diagnoses = read_diagnoses(store, "r1")
+    assert {"q0", "q1", "q2", "q4"} <= set(diagnoses)
+    if "q3" in diagnoses:
+        assert diagnoses["q3"]["detail"]["poison"] == "split surrogate"
+        assert "\ufffd" in diagnoses["q3"]["detail"]["answer"]
+        assert first.returncode == 0
+    else:
+        assert summary["failed"] == {"PydanticSerializationError (unexpected)": 1}
+        assert first.returncode == 1  # the docs' code for "some calls failed: run again"
+
+
+def test_ctrl_c_exits_130_with_one_line(store_url: str, tmp_path: Path) -> None:
+    slow = TierServer(delay_s=30)
+    stop = slow.run_in_thread()
+    try:
+        args = ["diagnose", "--run-id", "r1", "--items", str(_items(tmp_path)), "--db", store_url]
+        child = subprocess.Popen(
+            trm_command(*args, "--base-url", slow.base_url, "--model", "sim"),
+            cwd=tmp_path,
+            env=child_env(tmp_path),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert slow.wait_for_requests(1, timeout_s=60)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+    finally:
+        stop()
+    assert child.returncode == 130
+    lines = [line for line in err.splitlines() if line.strip() and "diagnosing" not in line]
+    assert lines == ["trm diagnose: interrupted (what was recorded is kept; run again)"], err

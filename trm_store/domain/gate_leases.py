@@ -1,0 +1,96 @@
+"""Gate leases: a gate whose process died is not `running` forever.
+
+A gate's lease is derived from its own events, so the gate writes nothing extra: its holder is the
+`host` and `pid` of its `gate.started` event's meta (the store puts the appending process's there
+on every event), its heartbeat the time of its last event (`gate.started`, then one
+`gate.block_evaluated` per block). `stale_gates` finds `running` gates whose holder is a process
+on this host that is gone (at once), or that have written nothing for longer than `older_than`
+(so the threshold must exceed the longest block); `mark_stale_gates` appends
+`gate.failed(reason="stale")` to each, expecting the stream version it saw: a gate that wrote
+meanwhile is left alone, and two markers cannot both append. Idempotent: a failed gate is no
+longer `running`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select
+
+from trm_store.domain._common import as_utc, validated
+from trm_store.domain._liveness import holder_gone
+from trm_store.domain.gates import FAILED, PROJECTION, GateFailed, gate_stream
+from trm_store.domain.run_leases import aware_now, check_window
+from trm_store.errors import ConcurrencyError
+from trm_store.events import NewEvent
+
+if TYPE_CHECKING:
+    from trm_store.store import Store
+
+__all__ = ["StaleGate", "mark_stale_gates", "stale_gates"]
+
+
+@dataclass(frozen=True, slots=True)
+class StaleGate:
+    """A `running` gate at stream version `version`, last heard of at `last_seen`, in its block
+    `block`; `why` it is presumed dead."""
+
+    gate_id: str
+    version: int
+    block: int
+    last_seen: datetime
+    why: str
+
+
+def stale_gates(
+    store: Store, older_than: timedelta, *, now: datetime | None = None
+) -> list[StaleGate]:
+    """`running` gates whose holder on this host is gone, or silent since `now - older_than`."""
+    cutoff = aware_now(now) - check_window(older_than)
+    with store.query(PROJECTION) as (conn, tables):
+        gates = tables["gates"]
+        rows = conn.execute(
+            select(
+                gates.c.gate_id,
+                gates.c.version,
+                gates.c.blocks,
+                gates.c.last_event_at,
+                gates.c.host,
+                gates.c.pid,
+            )
+            .where(gates.c.status == "running")
+            .order_by(gates.c.gate_id)
+        ).all()
+    found = []
+    for row in rows:
+        last = as_utc(row.last_event_at)
+        if holder_gone(row.host, row.pid):
+            why = f"its process {row.pid} on {row.host} is gone (last event {last.isoformat()})"
+        elif last < cutoff:
+            why = f"no event since {last.isoformat()}; the process is presumed dead"
+        else:
+            continue
+        found.append(StaleGate(row.gate_id, row.version, row.blocks + 1, last, why))
+    return found
+
+
+def mark_stale_gates(
+    store: Store, older_than: timedelta, *, now: datetime | None = None
+) -> list[str]:
+    """Append `gate.failed(reason="stale")` to every stale gate, once; the gate ids marked now."""
+    marked = []
+    for gate in stale_gates(store, older_than, now=now):
+        data = {"error": gate.why[:1000], "block": gate.block, "reason": "stale"}
+        event = validated(GateFailed, data, f"stale gate {gate.gate_id!r}")
+        try:
+            store.append(
+                gate_stream(gate.gate_id),
+                [NewEvent(FAILED, event.model_dump())],
+                expected_version=gate.version,
+            )
+        except ConcurrencyError:
+            continue  # it wrote meanwhile (alive after all), or another marker was first
+        marked.append(gate.gate_id)
+    return marked
