@@ -17,13 +17,14 @@ StoreError                             the database failed, or the base of every
  ├── DomainConflictError               domain: the command contradicts what the log holds
  │    ├── WorkspaceExistsError         scaffold_workspace of a workspace that exists
  │    ├── DuplicateFinalMetricError    a second `final` dual metric for (run, epoch, pool)
- │    └── RunStateError                a RunLog used outside its `with` block, or read-only
+ │    └── RunStateError                a run written outside its life: finished, stale, nested
+ ├── ManifestExportError               domain: export_manifest could not write its file
  └── UnknownEntityError                domain: the thing asked for was never recorded
       ├── UnknownWorkspaceError
       ├── UnknownRunError
       ├── UnknownGateError
       ├── UnknownCallError
-      └── UnknownLLMSourceError   no call or breaker change was recorded for this source
+      └── UnknownLLMSourceError
 
 The classes marked `domain` and their subclasses are defined in `trm_store.domain.errors`; the
 others here. `tests/store/test_exception_tree.py` keeps this drawing equal to the classes.

@@ -20,7 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from trm_gate.eprocess import to_e_value
+from trm_gate import to_e_value
 from trm_store.bootstrap import open_store
 from trm_store.cli.common import json_e_value, report_console
 from trm_store.domain.gate_report import GateReport, GateReportBlock, read_gate_report

@@ -16,12 +16,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from trm_store.bootstrap import open_store
 from trm_store.cli.common import report_console
 from trm_store.cli.runs import age_text, seconds_arg, time_text
 from trm_store.domain._common import json_default
 from trm_store.domain.gate_leases import mark_stale_gates, stale_gates
 from trm_store.domain.gates import list_gates
-from trm_store.store import open_store
 
 __all__ = ["DEFAULT_STALE_AFTER_S", "add_parser", "run"]
 

@@ -1,23 +1,6 @@
 """Every public error of trm_store's domain and of the `trm` CLI: all StoreError subclasses, and
-nothing is written when one is raised. (The core's own errors are drawn in `trm_store.errors`.)
-
-StoreError
- ├── EventValidationError                (core) event data did not validate
- │    └── DomainInputError               a facade argument is invalid (empty id, NaN, wrong type)
- │         ├── InfraOutcomeError         BaselineCache.put of a unit with an INFRA question
- │         └── DiagnoseInputError        `trm diagnose`: a bad items file, template or tier list
- ├── DomainConflictError                 the command contradicts what the log already holds
- │    ├── WorkspaceExistsError           scaffold_workspace of a workspace that exists
- │    ├── DuplicateFinalMetricError      a second `final` dual metric for (run, epoch, pool)
- │    └── RunStateError                  a RunLog used outside its `with` block, or read-only
- ├── ManifestExportError               export_manifest could not write the file (nothing replaced)
- └── UnknownEntityError                  the thing asked for was never recorded
-      ├── UnknownWorkspaceError
-      ├── UnknownRunError
-      ├── UnknownGateError               gate_info / read_gate_report of a gate never started
-      ├── UnknownCallError               llm_call of a call id never recorded
-      └── UnknownLLMSourceError          llm_stats(source=...) of a source with no LLM events
-"""
+nothing is written when one is raised. The whole tree, core and domain, is drawn once, in
+`trm_store.errors` (kept equal to the classes by tests/store/test_exception_tree.py)."""
 
 from __future__ import annotations
 

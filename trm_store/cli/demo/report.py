@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from trm_gate.eprocess import to_e_value
+from trm_gate import to_e_value
 from trm_store.cli.common import counts_text
 from trm_store.cli.demo.outcome import DemoOutcome
 from trm_store.cli.demo.summary import commands, salt_calls, truncations, why

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from trm_gate.eprocess import to_e_value
+from trm_gate import to_e_value
 from trm_store.cli.common import json_e_value
 from trm_store.cli.demo.outcome import DemoOutcome
 from trm_store.domain.llm_calls import LLMSourceStats, SaltCalls
