@@ -149,29 +149,42 @@ class Gate:
             "config": self.config.to_record(),
         }
         try:
-            self._store.append(stream, [NewEvent(STARTED, started)], expected_version=0)
+            version = self._store.append(stream, [NewEvent(STARTED, started)], expected_version=0)
         except ConcurrencyError as e:
             raise GateStateError(f"gate {gate_id!r} has events already; use a new id") from e
+        at = version[-1].version
         state = GateState(self.config)
         size = self.config.block_size
         blocks = [order[i : i + size] for i in range(0, len(order), size)]
         for index, block_ids in enumerate(blocks, start=1):
             try:
-                state, decision = await self._block(
-                    stream, index, block_ids, baseline, candidate, state, final=index == len(blocks)
+                state, decision, at = await self._block(
+                    stream,
+                    index,
+                    block_ids,
+                    baseline,
+                    candidate,
+                    state,
+                    at,
+                    final=index == len(blocks),
                 )
+            except _EndedElsewhere:
+                raise
             except BaseException as e:  # an arm failed or we were cancelled: say so, then re-raise
-                self._record_failure(stream, index, e)
+                self._record_failure(stream, index, e, at)
                 raise
             if decision.final:
                 break
         return _result(state, gate_id, seed)
 
-    def _record_failure(self, stream: str, block: int, error: BaseException) -> None:
-        """Append `gate.failed`, so the gate is not `running` forever; never mask `error`."""
+    def _record_failure(self, stream: str, block: int, error: BaseException, at: int) -> None:
+        """Append `gate.failed`, so the gate is not `running` forever; never mask `error`. At the
+        version the gate last wrote: a gate already ended elsewhere (marked stale) is left so."""
         text = f"{type(error).__name__}: {error}"[:1000]
         try:
-            self._store.append(stream, [NewEvent(FAILED, {"error": text, "block": block})])
+            self._store.append(
+                stream, [NewEvent(FAILED, {"error": text, "block": block})], expected_version=at
+            )
         except StoreError:
             _log.exception("could not record the failure of %s", stream)
 
@@ -183,9 +196,10 @@ class Gate:
         baseline: Arm,
         candidate: Arm,
         state: GateState,
+        at: int,
         *,
         final: bool,
-    ) -> tuple[GateState, Decision]:
+    ) -> tuple[GateState, Decision, int]:
         reasons = self.config.infra_reasons
         cached = {
             u: _from_cache(o, reasons)
@@ -213,8 +227,18 @@ class Gate:
         ]
         if decision.final:
             events.append(NewEvent(DECIDED, _decided_data(state)))
-        self._store.append(stream, events)
-        return state, decision
+        try:
+            recorded = self._store.append(stream, events, expected_version=at)
+        except ConcurrencyError as e:
+            raise _EndedElsewhere(
+                f"{stream} was ended by another writer (e.g. `trm gates --mark-stale`) while "
+                f"block {index} ran; its verdict would contradict the log, so it is not written"
+            ) from e
+        return state, decision, recorded[-1].version
+
+
+class _EndedElsewhere(GateStateError):
+    """The gate's stream moved under it: another writer ended the gate while it ran."""
 
 
 def _check_pool(unit_ids: Sequence[str]) -> list[str]:
