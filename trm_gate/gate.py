@@ -168,8 +168,6 @@ class Gate:
                     at,
                     final=index == len(blocks),
                 )
-            except _EndedElsewhere:
-                raise
             except BaseException as e:  # an arm failed or we were cancelled: say so, then re-raise
                 self._record_failure(stream, index, e, at)
                 raise
@@ -185,6 +183,8 @@ class Gate:
             self._store.append(
                 stream, [NewEvent(FAILED, {"error": text, "block": block})], expected_version=at
             )
+        except ConcurrencyError:
+            _log.info("%s was already ended by another writer; its failure is not recorded", stream)
         except StoreError:
             _log.exception("could not record the failure of %s", stream)
 
@@ -230,15 +230,11 @@ class Gate:
         try:
             recorded = self._store.append(stream, events, expected_version=at)
         except ConcurrencyError as e:
-            raise _EndedElsewhere(
+            raise GateStateError(
                 f"{stream} was ended by another writer (e.g. `trm gates --mark-stale`) while "
                 f"block {index} ran; its verdict would contradict the log, so it is not written"
             ) from e
         return state, decision, recorded[-1].version
-
-
-class _EndedElsewhere(GateStateError):
-    """The gate's stream moved under it: another writer ended the gate while it ran."""
 
 
 def _check_pool(unit_ids: Sequence[str]) -> list[str]:
