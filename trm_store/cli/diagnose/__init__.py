@@ -20,6 +20,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -123,7 +124,7 @@ def _run_job(
     console = Console(stderr=True)
     with open_store(args.db) as store:
         sink, start = StoreEventSink(store), store.head_position()
-        with progress_bar(console, transient=args.json) as progress:
+        with progress_bar(console, transient=args.json) as progress, closing(sink):
             task = progress.add_task(f"diagnosing {args.run_id}", total=None)
 
             async def main() -> tuple[Summary, str]:

@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 import redis
-import redis.asyncio
 
 from trm_llm import (
     CircuitBreaker,
@@ -38,9 +37,9 @@ async def governed_client(
             path = settings.llm_cache_sqlite_path
             cache = SqliteResponseCache(path, ttl_s=ttl, namespace=namespace, sink=sink)
         elif settings.llm_cache_backend == "redis":
-            async_redis = redis.asyncio.Redis.from_url(str(settings.redis_url))
-            stack.push_async_callback(async_redis.aclose)
-            cache = RedisResponseCache(async_redis, ttl_s=ttl, namespace=namespace, sink=sink)
+            redis_cache = RedisResponseCache.from_settings(settings, sink=sink)  # with timeouts
+            stack.push_async_callback(redis_cache.aclose)
+            cache = redis_cache
         shared = None
         if settings.llm_breaker_shared:
             shared = redis.Redis.from_url(str(settings.redis_url))
