@@ -1,7 +1,7 @@
 """The store core's modules import each other without a circle, and each says its one job.
 
 The graph is read from the source (AST) of every module of `trm_store` outside the composition
-root (the CLI and the demo): every import counts, at module level, in a function or under
+root (`trm_store/cli/`): every import counts, at module level, in a function or under
 TYPE_CHECKING, since a circle through any of them is a circle in the design. The lazy package
 front (`trm_store/__init__.py`) is left out: it names every public module without importing one.
 `trm_store.domain` imports its modules by discovery (`load()`), so it gets an edge to each.
@@ -12,48 +12,33 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "trm_store"
-COMPOSITION_ROOT = ("cli", "demo", "diagnose_job")
-"""The first part of the module paths that are the CLI's (`cli/`, `cli_*.py`, `demo/`)."""
+from tests.imports import COMPOSITION_ROOT, ROOT, module_imports, module_name
 
-
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+PACKAGE = ROOT / "trm_store"
 
 
 def _core_modules() -> dict[str, Path]:
+    """The store core: every module of trm_store but the lazy front and the composition root."""
     modules = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        first = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
-        if path == PACKAGE / "__init__.py" or first.startswith(COMPOSITION_ROOT):
+        name = module_name(path)
+        if path == PACKAGE / "__init__.py" or name.startswith(COMPOSITION_ROOT):
             continue
-        modules[_module_name(path)] = path
+        modules[name] = path
     return modules
-
-
-def _imported(tree: ast.AST, known: dict[str, Path]) -> Iterator[str]:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            yield node.module
-            # `from trm_store.domain import errors` imports the module `trm_store.domain.errors`
-            yield from (f"{node.module}.{a.name}" for a in node.names)
 
 
 def import_graph() -> dict[str, set[str]]:
     """Module -> the core modules it imports."""
     modules = _core_modules()
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        found = set(_imported(ast.parse(path.read_text()), modules))
-        graph[name] = {m for m in found if m in modules and m != name}
+    graph = {
+        name: {m for m in module_imports(path) if m in modules and m != name}
+        for name, path in modules.items()
+    }
     domain = "trm_store.domain"
     graph[domain] |= {m for m in modules if m.startswith(domain + ".")}
     return graph
