@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from trm_llm.settings_doc import env_example
-
 ROOT = Path(__file__).resolve().parents[1]
 # The `trm` CLI is the composition root: only these trm_store modules may reach the other packages.
 COMPOSITION_ROOT = ("cli_", "demo/", "diagnose_job.py")
@@ -43,17 +41,3 @@ def test_dependency_direction(package: str, forbidden: str) -> None:
         if forbidden in _imports(path):
             offenders.append(relative)
     assert offenders == []
-
-
-def test_env_example_is_generated_from_llm_settings() -> None:
-    assert (ROOT / ".env.example").read_text() == env_example()
-
-
-def test_readme_settings_table_is_generated_from_llm_settings() -> None:
-    from trm_llm.settings_doc import markdown_table
-
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("<!-- settings-table")
-    start = readme.index("\n", start) + 1
-    end = readme.index("<!-- /settings-table -->")
-    assert readme[start:end] == markdown_table()
