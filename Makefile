@@ -20,7 +20,7 @@ test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
-	$(PY) -m mkdocs build --strict --quiet --site-dir site
+	$(PY) -m mkdocs build --strict --site-dir site
 	$(PY) -m pytest
 
 docs: $(STAMP)
