@@ -32,9 +32,9 @@ from sqlalchemy import func, select
 from trm_llm import build_cache_key
 from trm_llm.cache import CorruptEntryError, decode_entry
 from trm_store import INFRA_STOP_REASONS, Store, mark_stale_runs
-from trm_store.demo.model import SimulatedModel
-from trm_store.demo.pool import demo_pool
-from trm_store.demo.prompts import messages
+from trm_store.cli.demo.model import SimulatedModel
+from trm_store.cli.demo.pool import demo_pool
+from trm_store.cli.demo.prompts import messages
 
 __all__ = ["Findings", "check_all"]
 

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from trm_llm.simulated_server import Reply, stall, status
-from trm_store.demo.faults import FaultPlan
-from trm_store.demo.model import SimulatedModel
-from trm_store.demo.prompts import Prompt, baseline_prompt, candidate_prompt
-from trm_store.demo.server import DemoServer
+from trm_store.cli.demo.faults import FaultPlan
+from trm_store.cli.demo.model import SimulatedModel
+from trm_store.cli.demo.prompts import Prompt, baseline_prompt, candidate_prompt
+from trm_store.cli.demo.server import DemoServer
 
 __all__ = [
     "BASELINES",

@@ -40,11 +40,11 @@ from trm_llm import (
 )
 from trm_llm.breaker import Admission, Transition
 from trm_store import RecordedEvent, Store, open_store
-from trm_store.demo.arms import BreakerWait, DemoArm, Requeue
-from trm_store.demo.outcome import Endpoint
-from trm_store.demo.pool import demo_pool
-from trm_store.demo.prompts import Prompt
-from trm_store.demo.run import DEMO_RETRY, snapshot
+from trm_store.cli.demo.arms import BreakerWait, DemoArm, Requeue
+from trm_store.cli.demo.outcome import Endpoint
+from trm_store.cli.demo.pool import demo_pool
+from trm_store.cli.demo.prompts import Prompt
+from trm_store.cli.demo.wiring import DEMO_RETRY, snapshot
 from trm_store.domain.run_log import RunLog
 
 REQUEUE = Requeue(max_times=3, max_wait_s=5.0)

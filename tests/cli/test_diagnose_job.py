@@ -17,7 +17,9 @@ from tests.cli.helpers import TierServer, use_child_env, write_items
 from trm_llm.simulated_server import Reply, SimulatedServer, status
 from trm_store import cli as launch
 from trm_store import open_store
-from trm_store.diagnose_job import DEFAULT_TIERS, Item, PromptTemplate, load_items, parse_tier
+from trm_store.cli.diagnose.inputs import Item, load_items
+from trm_store.cli.diagnose.template import PromptTemplate
+from trm_store.cli.diagnose.tiers import DEFAULT_TIERS, parse_tier
 from trm_store.domain.diagnosis import done_question_ids, read_diagnoses
 from trm_store.domain.llm_calls import CALL_FAILED
 

@@ -15,8 +15,7 @@ from trm_llm.simulated_server import SimulatedServer, cut, normal, status
 from trm_llm.sink import StoreEventSink
 from trm_store import cli as launch
 from trm_store import open_store
-from trm_store.cli_llm_stats import percentile
-from trm_store.domain.llm_calls import llm_calls
+from trm_store.domain.llm_calls import llm_calls, percentile
 
 
 async def _no_sleep(seconds: float) -> None:

@@ -14,10 +14,10 @@ import pytest
 
 from tests.cli.helpers import child_env
 from trm_store import cli, open_store
-from trm_store.cli_demo import DEFAULT_SEED
-from trm_store.demo.faults import FaultPlan
-from trm_store.demo.model import SimulatedModel
-from trm_store.demo.server import DemoServer
+from trm_store.cli.demo import DEFAULT_SEED
+from trm_store.cli.demo.faults import FaultPlan
+from trm_store.cli.demo.model import SimulatedModel
+from trm_store.cli.demo.server import DemoServer
 from trm_store.domain.gates import list_gates
 from trm_store.domain.llm_calls import llm_calls, llm_stats
 from trm_store.domain.runs import read_predictions, run_info

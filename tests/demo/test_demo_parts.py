@@ -7,11 +7,11 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import trm_store.demo
-from trm_store.demo.faults import RATES, FaultPlan
-from trm_store.demo.model import SimulatedModel, solve
-from trm_store.demo.pool import POOL_VERSION, demo_pool
-from trm_store.demo.prompts import baseline_prompt, candidate_prompt, grade, messages
+import trm_store.cli.demo
+from trm_store.cli.demo.faults import RATES, FaultPlan
+from trm_store.cli.demo.model import SimulatedModel, solve
+from trm_store.cli.demo.pool import POOL_VERSION, demo_pool
+from trm_store.cli.demo.prompts import baseline_prompt, candidate_prompt, grade, messages
 
 POOL = demo_pool()
 
@@ -120,4 +120,4 @@ def test_faults_are_a_pure_schedule() -> None:
 
 
 def test_the_package_exports_what_it_says() -> None:
-    assert all(hasattr(trm_store.demo, name) for name in trm_store.demo.__all__)
+    assert all(hasattr(trm_store.cli.demo, name) for name in trm_store.cli.demo.__all__)

@@ -13,8 +13,9 @@ import pytest
 from tests.gate.arms import OK, WRONG, table, units
 from trm_gate import Arm, Gate, GateResult
 from trm_store import open_store
-from trm_store.cli_gate_report import add_parser, gate_report, load_report
-from trm_store.domain.gates import UnknownGateError
+from trm_store.cli.gate_report import add_parser, gate_report
+from trm_store.domain.errors import UnknownGateError
+from trm_store.domain.gate_report import read_gate_report
 
 
 def run_gate(url: str, gate_id: str = "g-rep") -> GateResult:
@@ -65,7 +66,7 @@ def test_table_report_shows_blocks_path_and_verdict(
 def test_unknown_gate_is_a_typed_error(sqlite_url: str) -> None:
     run_gate(sqlite_url)
     with open_store(sqlite_url, read_only=True) as store, pytest.raises(UnknownGateError):
-        load_report(store, "nope")
+        read_gate_report(store, "nope")
 
 
 def test_plot_without_matplotlib_is_a_clear_error(

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import pytest
 
 from trm_store import EventValidationError, NewEvent, Store, open_store
+from trm_store.domain.errors import UnknownGateError
 from trm_store.domain.gates import (
     BLOCK_EVALUATED,
     DECIDED,
     STARTED,
-    UnknownGateError,
     gate_blocks,
     gate_info,
     gate_stream,

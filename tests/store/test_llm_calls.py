@@ -19,8 +19,8 @@ from trm_llm.simulated_server import SimulatedServer, cut, normal
 from trm_llm.sink import StoreEventSink
 from trm_llm.sqlite_cache import SqliteResponseCache
 from trm_store import EventValidationError, Store, open_store
+from trm_store.domain.errors import UnknownCallError
 from trm_store.domain.llm_calls import (
-    UnknownCallError,
     breaker_transitions,
     cache_problems,
     llm_call,

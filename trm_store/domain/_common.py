@@ -7,16 +7,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from operator import itemgetter
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from sqlalchemy import Connection, Table, and_, bindparam, update
+from sqlalchemy import Connection, Row, Table, and_, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.elements import ClauseElement
 
 from trm_store.domain.errors import DomainInputError
 from trm_store.driver import DriverSql, bind_processor, execute_many
+from trm_store.vocabulary import id_problem
+
+if TYPE_CHECKING:
+    from trm_store.store import Store
 
 __all__ = [
     "ID_MAX",
@@ -26,6 +30,7 @@ __all__ = [
     "check_finite",
     "check_id",
     "check_int",
+    "row_by_key",
     "stream_id",
     "update_rows",
     "upsert",
@@ -33,7 +38,8 @@ __all__ = [
 ]
 
 ID_MAX = 200
-"""Longest id a facade accepts: `kind:{id}` must fit the log's 255-character stream ids."""
+"""Longest id a facade accepts: `kind:{id}` must fit the log's 255-character stream ids (the
+vocabulary's ID_MAX less room for the stream kind)."""
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -46,13 +52,10 @@ class DomainModel(BaseModel):
 
 def check_id(name: str, value: object) -> str:
     """A non-blank id of at most ID_MAX printable characters, else DomainInputError."""
-    if type(value) is not str and not isinstance(value, str):
-        raise DomainInputError(f"{name} must be a string, got {type(value).__name__}")
-    if not value or value.isspace() or len(value) > ID_MAX:
-        raise DomainInputError(f"{name} must be a non-blank string of at most {ID_MAX} characters")
-    if not value.isprintable():
-        raise DomainInputError(f"{name} {value!r} contains control characters")
-    return value
+    problem = id_problem(value, ID_MAX)
+    if problem is not None:
+        raise DomainInputError(f"{name} {problem}")
+    return cast(str, value)  # id_problem accepts strings only
 
 
 def check_int(name: str, value: object, *, minimum: int) -> int:
@@ -96,6 +99,15 @@ def check_finite(name: str, value: object) -> float:
 def as_utc(value: datetime) -> datetime:
     """A datetime read back from either backend as an aware UTC datetime."""
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def row_by_key(
+    store: Store, projection: str, table: str, column: str, value: str
+) -> Row[Any] | None:
+    """The row of `projection`'s `table` whose `column` is `value`, or None."""
+    with store.query(projection) as (conn, tables):
+        t = tables[table]
+        return conn.execute(select(t).where(t.c[column] == value)).first()
 
 
 def upsert(

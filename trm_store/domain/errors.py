@@ -1,16 +1,21 @@
-"""The domain facades' errors: all StoreError subclasses, and nothing is written when one is raised.
+"""Every public error of trm_store's domain and of the `trm` CLI: all StoreError subclasses, and
+nothing is written when one is raised. (The core's own errors are drawn in `trm_store.errors`.)
 
 StoreError
  ├── EventValidationError                (core) event data did not validate
  │    └── DomainInputError               a facade argument is invalid (empty id, NaN, wrong type)
- │         └── InfraOutcomeError         BaselineCache.put of a unit with an INFRA question
+ │         ├── InfraOutcomeError         BaselineCache.put of a unit with an INFRA question
+ │         └── DiagnoseInputError        `trm diagnose`: a bad items file, template or tier list
  ├── DomainConflictError                 the command contradicts what the log already holds
  │    ├── WorkspaceExistsError           scaffold_workspace of a workspace that exists
  │    ├── DuplicateFinalMetricError      a second `final` dual metric for (run, epoch, pool)
  │    └── RunStateError                  a RunLog used outside its `with` block, or read-only
  └── UnknownEntityError                  the thing asked for was never recorded
       ├── UnknownWorkspaceError
-      └── UnknownRunError
+      ├── UnknownRunError
+      ├── UnknownGateError               gate_info / read_gate_report of a gate never started
+      ├── UnknownCallError               llm_call of a call id never recorded
+      └── UnknownLLMSourceError          llm_stats(source=...) of a source with no LLM events
 """
 
 from __future__ import annotations
@@ -18,12 +23,16 @@ from __future__ import annotations
 from trm_store.errors import EventValidationError, StoreError
 
 __all__ = [
+    "DiagnoseInputError",
     "DomainConflictError",
     "DomainInputError",
     "DuplicateFinalMetricError",
     "InfraOutcomeError",
     "RunStateError",
+    "UnknownCallError",
     "UnknownEntityError",
+    "UnknownGateError",
+    "UnknownLLMSourceError",
     "UnknownRunError",
     "UnknownWorkspaceError",
     "WorkspaceExistsError",
@@ -45,6 +54,10 @@ class InfraOutcomeError(DomainInputError):
         self.snapshot = snapshot
         self.unit_id = unit_id
         self.question_ids = question_ids
+
+
+class DiagnoseInputError(DomainInputError):
+    """The items file, the template or the tier list cannot be used; nothing was sent or written."""
 
 
 class DomainConflictError(StoreError):
@@ -73,3 +86,15 @@ class UnknownWorkspaceError(UnknownEntityError):
 
 class UnknownRunError(UnknownEntityError):
     """No run with this id was registered."""
+
+
+class UnknownGateError(UnknownEntityError):
+    """No gate with this id was started."""
+
+
+class UnknownCallError(UnknownEntityError):
+    """No LLM call with this id was recorded."""
+
+
+class UnknownLLMSourceError(UnknownEntityError):
+    """No LLM call or breaker change was recorded for this source."""

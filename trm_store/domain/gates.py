@@ -30,8 +30,8 @@ from sqlalchemy import (
     update,
 )
 
-from trm_store.domain._common import DomainModel, as_utc, check_id, stream_id
-from trm_store.domain.errors import UnknownEntityError
+from trm_store.domain._common import DomainModel, as_utc, check_id, row_by_key, stream_id
+from trm_store.domain.errors import UnknownGateError
 from trm_store.events import RecordedEvent, register_event_type
 from trm_store.projections import Projection, register_projection
 from trm_store.schema import JsonColumn
@@ -47,7 +47,6 @@ __all__ = [
     "BlockEvaluated",
     "GateDecided",
     "GateStarted",
-    "UnknownGateError",
     "gate_blocks",
     "gate_info",
     "gate_stream",
@@ -59,10 +58,6 @@ PROJECTION = "gates"
 
 _Id = Annotated[str, Field(min_length=1, max_length=255)]
 Verdict = Literal["accept", "reject", "inconclusive", "infra_abort"]
-
-
-class UnknownGateError(UnknownEntityError):
-    """No gate with this id was started."""
 
 
 class GateStarted(DomainModel):
@@ -249,10 +244,7 @@ def _row_dict(row: Any) -> dict[str, Any]:
 def gate_info(store: Store, gate_id: str) -> dict[str, Any]:
     """The gate as the `gates` table has it: status (`running` / `decided` / `failed`), verdict,
     reason, snapshots, seed, parameters, running totals and log e-values, start and end times."""
-    check_id("gate_id", gate_id)
-    with store.query(PROJECTION) as (conn, tables):
-        gates = tables["gates"]
-        row = conn.execute(select(gates).where(gates.c.gate_id == gate_id)).first()
+    row = row_by_key(store, PROJECTION, "gates", "gate_id", check_id("gate_id", gate_id))
     if row is None:
         raise UnknownGateError(f"no gate {gate_id!r} was started")
     return _row_dict(row)

@@ -1,29 +1,17 @@
-"""`run_demo`: one gated epoch end to end, the way a harness would wire trm.
+"""The wiring of one demo epoch: the governed client, the two arms, the gate, and then the
+epoch's record in the workspace (runs, best on accept, the candidate's dual metric).
 
-Store (SQLite by default) -> workspace manifest (scaffolded once; the epoch counter lives there)
--> endpoint (a real OpenAI-compatible one, or the simulated model on loopback with faults) ->
-governed client (SQLite response cache, circuit breaker, short retries, events to the store) ->
-gate (baseline arm vs candidate arm over the bundled pool, one `RunLog` per arm) -> the epoch's
-outcome in the workspace (runs, best on accept, the candidate's dual metric) -> the summary, read
-back from the events.
-
-Salts: the candidate asks with a fresh salt per epoch (`{workspace}:{token}:e{n}`, the token
-drawn when the workspace is scaffolded, so a deleted store never meets its old cache), so every
-epoch re-samples it. The baseline asks with its snapshot as salt: it is a fixed reference, its
-unit outcomes live in the baseline cache, and a unit that must be evaluated again (INFRA last
-time, so never cached) replays the answers that did complete rather than mixing in new samples.
-The demo keeps its baseline fixed across epochs (a real loop would promote an accepted
-candidate), so a second run shows the baseline cache at work.
+Salts: the candidate asks with a fresh salt per epoch (given by `run_demo`), so every epoch
+re-samples it. The baseline asks with its snapshot as salt: it is a fixed reference, its unit
+outcomes live in the baseline cache, and a unit that must be evaluated again (INFRA last time, so
+never cached) replays the answers that did complete rather than mixing in new samples.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,45 +26,27 @@ from trm_llm import (
     SqliteResponseCache,
     StoreEventSink,
 )
-from trm_store.cli_gate_report import load_report
-from trm_store.demo.arms import BreakerWait, DemoArm, Requeue
-from trm_store.demo.faults import FaultPlan
-from trm_store.demo.model import SimulatedModel
-from trm_store.demo.outcome import ArmSummary, DemoOptions, DemoOutcome, Endpoint
-from trm_store.demo.pool import POOL_VERSION, demo_pool
-from trm_store.demo.prompts import (
-    GRADER_VERSION,
-    Prompt,
-    baseline_prompt,
-    candidate_prompt,
-)
-from trm_store.demo.server import SIMULATED_BASE_URL, DemoServer, loopback_http
-from trm_store.demo.stats import collect
-from trm_store.domain.errors import UnknownWorkspaceError
+from trm_store.cli.demo.arms import BreakerWait, DemoArm, Requeue
+from trm_store.cli.demo.outcome import ArmSummary, DemoOptions, Endpoint
+from trm_store.cli.demo.pool import POOL_VERSION, demo_pool
+from trm_store.cli.demo.prompts import GRADER_VERSION, Prompt
 from trm_store.domain.metrics import write_dual_metric
 from trm_store.domain.run_log import RunLog
 from trm_store.domain.runs import read_predictions
-from trm_store.domain.workspace import (
-    get_manifest,
-    record_run,
-    scaffold_workspace,
-    update_best,
-    update_manifest,
-)
-from trm_store.store import Store, default_url, open_store
+from trm_store.domain.workspace import record_run, update_best, update_manifest
+from trm_store.store import Store, default_url
+
+__all__ = ["DEMO_RETRY", "WORKSPACE", "EpochRun", "cache_path_for", "snapshot"]
 
 DEMO_RETRY = RetryPolicy(
     max_attempts=6, base_delay_s=0.05, max_delay_s=0.5, deadline_s=30.0, retry_after_cap_s=2.0
 )
 """Demo-sized retries: short backoff, so a run with injected faults still ends in seconds."""
 
-__all__ = ["cache_path_for", "run_demo", "snapshot"]
-
 WORKSPACE = "trm-demo"
 BLOCK_SIZE = 12
 REQUEUE = Requeue(max_times=3, max_wait_s=5.0)
 CACHE_TTL_S = 7 * 86400
-SIM_STALL_S = 1.5  # the simulated server's stalls; its client gives up on silence much sooner
 
 
 def cache_path_for(store_url: str) -> Path:
@@ -101,86 +71,7 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
-def _workspace(store: Store, base: Prompt) -> dict[str, Any]:
-    """The demo's workspace manifest, scaffolded on first use."""
-    try:
-        return get_manifest(store, WORKSPACE)
-    except UnknownWorkspaceError:
-        scaffold_workspace(
-            store,
-            WORKSPACE,
-            skills={},
-            prompts={"baseline": {"version": base.version, "text": base.text}},
-            pool=POOL_VERSION,
-            salt_token=uuid.uuid4().hex[:8],
-            epoch=0,
-        )
-        return get_manifest(store, WORKSPACE)
-
-
-@contextmanager
-def _endpoint(options: DemoOptions, epoch: int) -> Iterator[tuple[Endpoint, DemoServer | None]]:
-    """The real endpoint as given, or the simulated server (in its own thread) for the run."""
-    if options.base_url is not None:
-        assert options.model is not None, "the CLI checks --model goes with --base-url"
-        yield Endpoint(options.base_url.rstrip("/"), options.model, simulated=False), None
-        return
-    model = SimulatedModel(options.seed)
-    server = DemoServer(model, FaultPlan(options.seed, epoch), stall_s=SIM_STALL_S)
-    stop = server.run_in_thread()
-    try:
-        yield Endpoint(SIMULATED_BASE_URL, model.name, True, server.base_url), server
-    finally:
-        stop()
-
-
-async def run_demo(
-    options: DemoOptions, *, on_answer: Callable[[], None] = lambda: None
-) -> DemoOutcome:
-    """Run one gated epoch (see the module docstring); `on_answer` ticks once per question."""
-    started = time.perf_counter()
-    with open_store(options.db) as store:
-        head = store.head_position()
-        base, cand = baseline_prompt(), candidate_prompt(options.seed)
-        manifest = _workspace(store, base)
-        epoch = int(manifest.get("epoch", 0)) + 1
-        gate_id = f"demo-e{epoch}-{uuid.uuid4().hex[:6]}"
-        update_manifest(store, WORKSPACE, epoch=epoch, last_gate=gate_id)
-        with _endpoint(options, epoch) as (endpoint, server):
-            salt = f"{WORKSPACE}:{manifest['salt_token']}:e{epoch}"
-            epoch_run = _EpochRun(store, options, endpoint, (base, cand), epoch, gate_id, salt)
-            http = None if server is None else loopback_http(server)
-            try:
-                result, arms = await epoch_run.run(on_answer, http)
-            finally:
-                if http is not None:
-                    await http.aclose()
-        injected = dict(server.injected) if server is not None else None
-        metric = epoch_run.record(result)
-        cached = store.read_stream(f"baseline:{epoch_run.snapshots[0]}")
-        return DemoOutcome(
-            result=result,
-            report=load_report(store, gate_id),
-            store_url=store.url,
-            cache_path=epoch_run.cache_path,
-            endpoint=endpoint,
-            workspace=WORKSPACE,
-            epoch=epoch,
-            pool_questions=len(demo_pool().questions),
-            baseline=epoch_run.summary(0, arms[0]),
-            candidate=epoch_run.summary(1, arms[1]),
-            baseline_cached=sum(
-                e.position > head and e.type == "baseline.unit_cached" for e in cached
-            ),
-            metric_written=metric,
-            calls=collect(store, source=endpoint.model, after=head),
-            injected=injected,
-            events=store.head_position() - head,
-            elapsed_s=time.perf_counter() - started,
-        )
-
-
-class _EpochRun:
+class EpochRun:
     """The wiring of one epoch: client, arms and gate; then its record in the workspace."""
 
     def __init__(

@@ -1,7 +1,15 @@
 """`trm demo`: one gated epoch end to end, against a real endpoint or a simulated one.
 
-trm_llm and trm_gate are imported only when the command runs, so the other subcommands (and a
-store-only install's start-up) never load them.
+This module is the command (arguments, the progress line, the output); its parts are the
+package's modules, imported only when the command runs, so the other subcommands never load the
+client, httpx or the simulated server:
+
+- `epoch`: `run_demo`, the epoch end to end; `wiring`: its client, arms, gate and record;
+- `arms`: one arm (ask, grade, record), waiting out an open breaker;
+- `pool`, `prompts`, `model`, `faults`, `server`: the bundled pool, the two prompts and the
+  grader, the simulated model, its injected faults, and the loopback server that serves it;
+- `outcome`: what was asked and what happened, as plain values;
+- `report` (for people) and `summary` (`--json`): the output, read back from the events.
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ import sys
 from typing import Any
 from urllib.parse import urlsplit
 
-from trm_store.cli_common import int_in_range, report_console
+from trm_store.cli.common import int_in_range, report_console
 
 __all__ = ["DEFAULT_SEED", "add_parser", "run"]
 
@@ -76,12 +84,14 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"trm demo: error: {problem}", file=sys.stderr)
         return 2
-    # The composition root: only here does the store's CLI reach for the client and the gate.
     import asyncio
 
     from rich.console import Console
 
-    from trm_store.demo import DemoOptions, print_report, run_demo, summary
+    from trm_store.cli.demo.epoch import run_demo
+    from trm_store.cli.demo.outcome import DemoOptions
+    from trm_store.cli.demo.report import print_report
+    from trm_store.cli.demo.summary import summary
 
     options = DemoOptions(
         db=args.db,
@@ -106,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             print("trm demo: interrupted (the runs are marked failed)", file=sys.stderr)
             return 130
     if args.json:
-        print(json.dumps(summary(outcome), indent=2))
+        print(json.dumps(summary(outcome), indent=2, allow_nan=False))
     else:
         print_report(report_console(), outcome)
     return 1 if outcome.result.verdict == "infra_abort" else 0

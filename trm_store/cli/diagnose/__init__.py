@@ -1,8 +1,16 @@
 """`trm diagnose`: label a run's items with an LLM, one `question_diagnosed` event per label.
 
-The job itself is `trm_store.diagnose_job`; this module parses arguments, builds the governed
-client from `LLMSettings` (env / `.env`, overridden by --base-url / --model) and reports. trm_llm
-is imported inside functions only, so the other `trm` commands never load it.
+This module is the command: it parses arguments, reads the settings (`LLMSettings` from env /
+`.env`, overridden by --base-url / --model) and reports. The package's other modules, one job each:
+
+- `inputs`: the items file (JSONL), checked whole;
+- `template`: the prompt template, rendered per item;
+- `tiers`: the tier list, and the tier read from an answer;
+- `client`: the governed client the settings describe;
+- `job`: the labelling job, resumable after a crash.
+
+`job` and `client` (and so trm_llm) are imported when the command runs, so the other `trm`
+commands never load them.
 """
 
 from __future__ import annotations
@@ -11,24 +19,26 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from trm_store.cli_common import int_in_range, progress_bar, report_console
+from trm_store.cli.common import counts_text, int_in_range, progress_bar, report_console
+from trm_store.cli.diagnose.inputs import load_items
+from trm_store.cli.diagnose.template import PromptTemplate
+from trm_store.cli.diagnose.tiers import parse_tiers
 from trm_store.domain._common import check_id
+from trm_store.domain.llm_calls import llm_stats
 from trm_store.store import open_store
 
 if TYPE_CHECKING:
-    from trm_llm import GovernedLLMClient, LLMSettings
-    from trm_llm.protocols import EventSink
-    from trm_store.diagnose_job import Summary, TallyingSink
+    from trm_llm import LLMSettings
+    from trm_store.cli.diagnose.job import Summary
+    from trm_store.store import Store
 
-__all__ = ["add_parser", "governed_client", "run"]
+__all__ = ["add_parser", "run"]
 
 
 def add_parser(commands: Any) -> None:
@@ -72,13 +82,14 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from trm_llm import LLMSettingsError, StoreEventSink
-    from trm_store import diagnose_job as job
+    from trm_store.cli.diagnose import job
+    from trm_store.cli.diagnose.client import governed_client
 
     # Everything is checked before the store is opened: bad input writes nothing.
     check_id("run_id", args.run_id)
-    tiers = job.parse_tiers(args.tiers)
-    template = job.PromptTemplate.load(args.template, tiers)
-    items = job.load_items(args.items)
+    tiers = parse_tiers(args.tiers)
+    template = PromptTemplate.load(args.template, tiers)
+    items = load_items(args.items)
     template.check(items)
     try:
         settings = _settings(args.base_url, args.model)
@@ -93,13 +104,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     console = Console(stderr=True)
     with open_store(args.db) as store:
-        sink = job.TallyingSink(StoreEventSink(store))
+        sink, start = StoreEventSink(store), store.head_position()
         with progress_bar(console, transient=args.json) as progress:
             task = progress.add_task(f"diagnosing {args.run_id}", total=None)
 
-            async def main() -> Summary:
+            async def main() -> tuple[Summary, str]:
                 async with governed_client(settings, sink) as client:
-                    return await job.diagnose(
+                    done = await job.diagnose(
                         store,
                         client,
                         items,
@@ -110,9 +121,11 @@ def run(args: argparse.Namespace) -> int:
                         on_item=lambda: progress.advance(task),
                         on_start=lambda todo: progress.update(task, total=todo),
                     )
+                    return done, client.source
 
-            summary = asyncio.run(main())
-        return _report(summary, sink, store.url, as_json=args.json)
+            summary, source = asyncio.run(main())
+        calls = _calls_since(store, source, start)
+        return _report(summary, calls, store.url, as_json=args.json)
 
 
 def _settings(base_url: str | None, model: str | None) -> LLMSettings:
@@ -122,73 +135,23 @@ def _settings(base_url: str | None, model: str | None) -> LLMSettings:
     return LLMSettings(**{k: v for k, v in overrides.items() if v is not None})
 
 
-@asynccontextmanager
-async def governed_client(
-    settings: LLMSettings, sink: EventSink | None
-) -> AsyncIterator[GovernedLLMClient]:
-    """The client `settings` describe (cache, breaker, retries), closed with what it opened."""
-    import redis
-    import redis.asyncio
-
-    from trm_llm import (
-        CircuitBreaker,
-        GovernedLLMClient,
-        RedisResponseCache,
-        RetryPolicy,
-        SqliteResponseCache,
-    )
-    from trm_llm.cache import ResponseCache
-
-    async with AsyncExitStack() as stack:
-        cache: ResponseCache | None = None
-        ttl, namespace = settings.redis_cache_ttl, settings.llm_cache_namespace
-        if settings.llm_cache_backend == "sqlite":
-            path = settings.llm_cache_sqlite_path
-            cache = SqliteResponseCache(path, ttl_s=ttl, namespace=namespace, sink=sink)
-        elif settings.llm_cache_backend == "redis":
-            async_redis = redis.asyncio.Redis.from_url(str(settings.redis_url))
-            stack.push_async_callback(async_redis.aclose)
-            cache = RedisResponseCache(async_redis, ttl_s=ttl, namespace=namespace, sink=sink)
-        shared = None
-        if settings.llm_breaker_shared:
-            shared = redis.Redis.from_url(str(settings.redis_url))
-            stack.callback(shared.close)
-        breaker = CircuitBreaker(
-            settings.llm_breaker_fail_threshold,
-            settings.llm_breaker_cooldown_s,
-            settings.llm_breaker_probe_timeout_s,
-            redis_client=shared,
-        )
-        retry = RetryPolicy(
-            max_attempts=settings.llm_max_attempts,
-            base_delay_s=settings.llm_base_delay_s,
-            max_delay_s=settings.llm_max_delay_s,
-            deadline_s=settings.llm_deadline_s,
-            retry_after_cap_s=settings.llm_retry_after_cap_s,
-        )
-        client = GovernedLLMClient(
-            settings.llm_base_url,
-            settings.llm_model,
-            api_key=settings.llm_api_key,
-            cache=cache,
-            breaker=breaker,
-            retry=retry,
-            sink=sink,
-            profile=settings.llm_profile,
-            source=settings.llm_source,
-            cache_length=settings.llm_cache_length,
-            first_token_timeout_s=settings.llm_first_token_timeout_s,
-            inter_token_timeout_s=settings.llm_inter_token_timeout_s,
-        )
-        stack.push_async_callback(client.aclose)
-        yield client
+def _calls_since(store: Store, source: str, start: int) -> dict[str, Any]:
+    """The calls the job's source recorded while it ran, as `llm_stats` counts them (a process
+    calling through the same source at the same time would be counted too)."""
+    stats = llm_stats(store, after=start).get(source)
+    return {
+        "calls": 0 if stats is None else stats["calls"],
+        "cache_hits": 0 if stats is None else stats["cache_hits"],
+        "retries": 0 if stats is None else stats["retries"],
+        "failed_attempts_by_reason": {} if stats is None else stats["attempt_reasons"],
+    }
 
 
-def _report(summary: Summary, sink: TallyingSink, url: str, *, as_json: bool) -> int:
+def _report(summary: Summary, calls: dict[str, Any], url: str, *, as_json: bool) -> int:
     if as_json:
-        print(json.dumps({"store": url, **summary.as_dict(), "llm": sink.as_dict()}))
+        print(json.dumps({"store": url, **summary.as_dict(), "llm": calls}))
     else:
-        _print(report_console(), summary, sink, url)
+        _print(report_console(), summary, calls, url)
     if summary.stopped is not None:
         print(f"trm: stopped early: {summary.stopped}", file=sys.stderr)
     if summary.fatal:
@@ -196,11 +159,7 @@ def _report(summary: Summary, sink: TallyingSink, url: str, *, as_json: bool) ->
     return 1 if summary.failed or summary.not_started else 0
 
 
-def _counts(counter: Mapping[str, int]) -> str:
-    return ", ".join(f"{name} {n}" for name, n in sorted(counter.items()))
-
-
-def _print(console: Console, summary: Summary, sink: TallyingSink, url: str) -> None:
+def _print(console: Console, summary: Summary, calls: dict[str, Any], url: str) -> None:
     console.print(
         f"[bold]run {summary.run_id}[/]: {summary.items} items, {summary.skipped_done} skipped "
         f"as done, {summary.diagnosed} diagnosed now  ({url})"
@@ -214,15 +173,18 @@ def _print(console: Console, summary: Summary, sink: TallyingSink, url: str) -> 
         console.print(table)
     if summary.unparsed:
         console.print(
-            f"recorded as uncertain, the answer naming no single tier: {_counts(summary.unparsed)}"
+            "recorded as uncertain, the answer naming no single tier: "
+            + counts_text(summary.unparsed)
         )
-    line = f"LLM: {sink.calls} calls, {sink.cache_hits} cache hits, {sink.retries} retries"
-    if sink.failed_attempts:
-        line += f"; failed attempts: {_counts(sink.failed_attempts)}"
+    line = (
+        f"LLM: {calls['calls']} calls, {calls['cache_hits']} cache hits, {calls['retries']} retries"
+    )
+    if calls["failed_attempts_by_reason"]:
+        line += f"; failed attempts: {counts_text(calls['failed_attempts_by_reason'])}"
     console.print(line)
     if summary.failed or summary.not_started:
         console.print(
             f"[yellow]not diagnosed[/]: {sum(summary.failed.values())} failed "
-            f"({_counts(summary.failed)}), {summary.not_started} not started; nothing was "
+            f"({counts_text(summary.failed)}), {summary.not_started} not started; nothing was "
             "recorded for them: run again"
         )

@@ -27,8 +27,8 @@ from trm_llm.simulated_server import (
     stall,
     status,
 )
-from trm_store.demo.faults import FaultKind, FaultPlan
-from trm_store.demo.model import SimulatedModel
+from trm_store.cli.demo.faults import FaultKind, FaultPlan
+from trm_store.cli.demo.model import SimulatedModel
 
 __all__ = ["SIMULATED_BASE_URL", "DemoServer", "loopback_http"]
 

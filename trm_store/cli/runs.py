@@ -3,7 +3,7 @@
 A run whose process was SIGKILLed reads `running` forever; its lease (heartbeat) ages instead.
 A `running` run silent for longer than --stale-after is flagged; --mark-stale appends
 `failed(reason="stale")` to each (`mark_stale_runs`). Without --mark-stale the store is opened
-read-only: listing never writes.
+read-only: listing (`list_runs`) never writes.
 """
 
 from __future__ import annotations
@@ -16,16 +16,13 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import func, select
 
-from trm_store.cli_common import report_console
-from trm_store.domain._common import as_utc
+from trm_store.cli.common import report_console
 from trm_store.domain.run_leases import mark_stale_runs, stale_runs
-from trm_store.domain.runs import PROJECTION
-from trm_store.schema import RUN_LEASES
-from trm_store.store import Store, open_store
+from trm_store.domain.run_list import list_runs
+from trm_store.store import open_store
 
-__all__ = ["DEFAULT_STALE_AFTER_S", "add_parser", "list_runs", "run"]
+__all__ = ["DEFAULT_STALE_AFTER_S", "add_parser", "run"]
 
 DEFAULT_STALE_AFTER_S = 300.0
 """A live `RunLog` refreshes its lease at least every few seconds while it records."""
@@ -71,9 +68,7 @@ def run(args: argparse.Namespace) -> int:
         now = datetime.now(UTC)
         marked = mark_stale_runs(store, older_than, now=now) if args.mark_stale else []
         stale = {r.run_id for r in stale_runs(store, older_than, now=now)}
-        runs = list_runs(store, now=now)
-        for entry in runs:
-            entry["stale"] = entry["run_id"] in stale
+        runs = [{**r, "stale": r["run_id"] in stale} for r in list_runs(store, now=now)]
         if args.json:
             print(
                 json.dumps(
@@ -96,55 +91,6 @@ def _iso(value: object) -> str:
     if isinstance(value, datetime):
         return value.isoformat()
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
-
-
-def list_runs(store: Store, *, now: datetime) -> list[dict[str, Any]]:
-    """Every run, oldest first: the `runs` row, its prediction count and its lease's age."""
-    with store.query(PROJECTION) as (conn, tables):
-        runs, predictions = tables["runs"], tables["predictions"]
-        counts = (
-            select(predictions.c.run_id, func.count().label("n"))
-            .group_by(predictions.c.run_id)
-            .subquery()
-        )
-        rows = conn.execute(
-            select(
-                runs.c.run_id,
-                runs.c.status,
-                runs.c.reason,
-                runs.c.started_at,
-                runs.c.finished_at,
-                runs.c.host,
-                runs.c.pid,
-                runs.c.last_event_at,
-                counts.c.n,
-                RUN_LEASES.c.heartbeat_at,
-            )
-            .select_from(
-                runs.outerjoin(counts, counts.c.run_id == runs.c.run_id).outerjoin(
-                    RUN_LEASES, RUN_LEASES.c.run_id == runs.c.run_id
-                )
-            )
-            .order_by(runs.c.started_at, runs.c.run_id)
-        ).all()
-    return [
-        {
-            "run_id": r.run_id,
-            "status": r.status,
-            "reason": r.reason,
-            "started_at": as_utc(r.started_at),
-            "ended_at": None if r.finished_at is None else as_utc(r.finished_at),
-            "predictions": r.n or 0,
-            "host": r.host,
-            "pid": r.pid,
-            "last_event_at": as_utc(r.last_event_at),
-            "heartbeat_at": None if r.heartbeat_at is None else as_utc(r.heartbeat_at),
-            "lease_age_s": None
-            if r.heartbeat_at is None
-            else round((now - as_utc(r.heartbeat_at)).total_seconds(), 3),
-        }
-        for r in rows
-    ]
 
 
 def _age(seconds: float | None) -> str:

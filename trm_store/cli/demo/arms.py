@@ -26,8 +26,8 @@ from trm_llm import (
     LLMError,
     RetriesExhausted,
 )
-from trm_store.demo.pool import Pool, Question
-from trm_store.demo.prompts import grade, messages
+from trm_store.cli.demo.pool import Pool, Question
+from trm_store.cli.demo.prompts import grade, messages
 from trm_store.domain.run_log import RunLog
 
 __all__ = ["BreakerWait", "DemoArm", "Requeue"]

@@ -1,47 +1,25 @@
-"""The demo's output: a rich report for people, or one JSON document (`--json`) for scripts."""
+"""The demo run for people: a rich report of the setup, the blocks and e-value path, the
+verdict, what the governance did and where to look (`trm demo`; `--json` is `summary`)."""
 
 from __future__ import annotations
 
 import math
-import shlex
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from trm_store.demo.outcome import DemoOutcome
+from trm_gate.eprocess import to_e_value
+from trm_store.cli.common import counts_text
+from trm_store.cli.demo.outcome import DemoOutcome
+from trm_store.cli.demo.summary import commands, salt_calls, truncations, why
 
-__all__ = ["print_report", "summary"]
+__all__ = ["print_report"]
 
 _BAR = 20
 _PATH_MAX = 9  # breaker states shown before the path is elided
-_TRUNCATIONS = ("truncated_no_done", "stall_inter_token")
 _COLOUR = {"accept": "green", "reject": "red", "inconclusive": "yellow", "infra_abort": "red"}
-
-
-def _e(log_value: float) -> float:
-    return math.exp(min(log_value, 700.0))
-
-
-def _why(outcome: DemoOutcome) -> str:
-    """The verdict's reason, with both thresholds when neither was reached."""
-    r, config = outcome.result, outcome.report["config"]
-    if r.verdict != "inconclusive":
-        return r.reason
-    return (
-        f"{r.reason}: E+ = {r.e_value:.3g} < 1/alpha = {1 / config['alpha']:g} and "
-        f"E- = {r.futility_e_value:.3g} < 1/beta = {1 / config['beta']:g}"
-    )
-
-
-def _commands(outcome: DemoOutcome) -> list[str]:
-    db = shlex.quote(outcome.store_url)
-    return [
-        f"trm gate-report {shlex.quote(outcome.result.gate_id)} --db {db}",
-        f"trm replay-projections --verify --db {db}",
-        f"trm llm-stats --source {shlex.quote(outcome.endpoint.model)} --db {db}",
-    ]
 
 
 def _baseline_cache_line(outcome: DemoOutcome) -> str:
@@ -58,90 +36,6 @@ def _baseline_cache_line(outcome: DemoOutcome) -> str:
     return line
 
 
-def summary(outcome: DemoOutcome) -> dict[str, Any]:
-    """The run as one JSON-ready document."""
-    r, calls = outcome.result, outcome.calls
-    return {
-        "verdict": r.verdict,
-        "reason": _why(outcome),
-        "gate_id": r.gate_id,
-        "workspace": outcome.workspace,
-        "epoch": outcome.epoch,
-        "endpoint": {
-            "base_url": outcome.endpoint.base_url,
-            "model": outcome.endpoint.model,
-            "simulated": outcome.endpoint.simulated,
-            "served_at": outcome.endpoint.served_at,
-        },
-        "config": outcome.report["config"],
-        "pool": {"units": outcome.report["pool_size"], "questions": outcome.pool_questions},
-        "wins": r.wins,
-        "losses": r.losses,
-        "ties": r.ties,
-        "e_value": r.e_value,
-        "futility_e_value": r.futility_e_value,
-        "units_evaluated": r.units_evaluated,
-        "blocks": [
-            {k: b[k] for k in ("block", "units", "wins", "losses", "ties", "decision")}
-            | {
-                "infra_baseline": b["infra_baseline"],
-                "infra_candidate": b["infra_candidate"],
-                "baseline_cache_hits": b["baseline_cache_hits"],
-                "e_value": _e(b["log_e_value"]),
-                "futility_e_value": _e(b["log_futility_e_value"]),
-            }
-            for b in outcome.report["blocks"]
-        ],
-        "infra_units": {"baseline": r.infra_units_baseline, "candidate": r.infra_units_candidate},
-        "arms": {
-            name: {
-                "run_id": arm.run_id,
-                "prompt_version": arm.prompt.version,
-                "hints": list(arm.prompt.hints),
-                "snapshot": arm.snapshot,
-                "cache_salt": arm.salt,
-                "units_evaluated_now": len(arm.units),
-                "questions_asked": arm.questions,
-                "stop_reasons": arm.stops,
-                "calls": calls.arm(arm.salt).calls,
-                "response_cache_hits": calls.arm(arm.salt).cache_hits,
-                "requeued_after_breaker": arm.requeued,
-            }
-            for name, arm in (("baseline", outcome.baseline), ("candidate", outcome.candidate))
-        },
-        "baseline_cache": {
-            "snapshot": outcome.baseline.snapshot,
-            "hits": r.baseline_cache_hits,
-            "units": r.units_evaluated,
-            "evaluated_now": len(outcome.baseline.units),
-            "cached_now": outcome.baseline_cached,
-        },
-        "calls": {
-            "total": calls.calls,
-            "completed": calls.completed,
-            "failed": calls.failed,
-            "failed_by_error": dict(calls.errors),
-            "response_cache_hits": calls.cache_hits,
-            "retries": calls.retries,
-            "failed_attempts_by_reason": dict(calls.failed_attempts),
-            "truncations_caught": sum(calls.failed_attempts[k] for k in _TRUNCATIONS),
-            "tokens_discarded": calls.tokens_discarded,
-        },
-        "breaker_transitions": [
-            {k: t[k] for k in ("from_state", "to_state", "failures")} for t in calls.breaker
-        ],
-        "faults_injected": outcome.injected,
-        "events": {
-            "store": outcome.store_url,
-            "response_cache": str(outcome.cache_path),
-            "new_events": outcome.events,
-            "streams": outcome.streams,
-            "commands": _commands(outcome),
-        },
-        "elapsed_s": round(outcome.elapsed_s, 2),
-    }
-
-
 def print_report(console: Console, outcome: DemoOutcome) -> None:
     """The run for people: setup, blocks and e-value path, verdict, governance, where to look."""
     r = outcome.result
@@ -153,7 +47,7 @@ def print_report(console: Console, outcome: DemoOutcome) -> None:
     console.print(_blocks(outcome))
     console.print(_grid(_verdict(outcome) + _governance(outcome) + _where(outcome)))
     console.print("[bold]look at them[/]")
-    for command in _commands(outcome):  # never wrapped: they are for copying
+    for command in commands(outcome):  # never wrapped: they are for copying
         console.print(f"  {escape(command)}", soft_wrap=True)
     console.print(f"took {outcome.elapsed_s:.1f} s")
 
@@ -208,8 +102,8 @@ def _blocks(outcome: DemoOutcome) -> Table:
         table.add_row(
             *(str(b[k]) for k in ("block", "units", "wins", "losses", "ties")),
             *(str(b[k]) for k in ("infra_baseline", "infra_candidate", "baseline_cache_hits")),
-            f"{_e(b['log_e_value']):.3g}",
-            f"{_e(b['log_futility_e_value']):.3g}",
+            f"{to_e_value(b['log_e_value']):.3g}",
+            f"{to_e_value(b['log_futility_e_value']):.3g}",
             "█" * filled + "·" * (_BAR - filled),
             b["decision"],
         )
@@ -221,7 +115,7 @@ def _verdict(outcome: DemoOutcome) -> list[tuple[str, str]]:
     rows = [
         (
             "verdict",
-            f"[bold {_COLOUR[r.verdict]}]{r.verdict.upper()}[/]: {_why(outcome)} after "
+            f"[bold {_COLOUR[r.verdict]}]{r.verdict.upper()}[/]: {why(outcome)} after "
             f"{r.blocks} block(s), {r.units_evaluated} units",
         ),
         (
@@ -245,46 +139,47 @@ def _verdict(outcome: DemoOutcome) -> list[tuple[str, str]]:
 
 def _arm_line(outcome: DemoOutcome, name: str) -> str:
     arm = outcome.baseline if name == "baseline" else outcome.candidate
-    stops = ", ".join(f"{k} {v}" for k, v in sorted(arm.stops.items())) or "none"
+    stops = counts_text(arm.stops) or "none"
     return f"{arm.questions} questions asked ({stops}), run {escape(arm.run_id)}"
 
 
 def _governance(outcome: DemoOutcome) -> list[tuple[str, str]]:
     calls, base, cand = outcome.calls, outcome.baseline, outcome.candidate
-    errors = ", ".join(f"{k} {v}" for k, v in calls.errors.most_common()) or "none"
-    reasons = ", ".join(f"{k} {v}" for k, v in calls.failed_attempts.most_common()) or "none"
-    truncated = sum(calls.failed_attempts[k] for k in _TRUNCATIONS)
+    errors = counts_text(calls["errors"], most_first=True) or "none"
+    reasons = counts_text(calls["attempt_reasons"], most_first=True) or "none"
+    base_hits, cand_hits = (salt_calls(calls, arm.salt)["cache_hits"] for arm in (base, cand))
     rows = [
         ("baseline cache", _baseline_cache_line(outcome)),
         ("baseline arm", _arm_line(outcome, "baseline")),
         ("candidate arm", _arm_line(outcome, "candidate")),
         (
             "response cache",
-            f"{calls.cache_hits} hits in {calls.calls} calls: baseline "
-            f"{calls.arm(base.salt).cache_hits} (salt = its snapshot: a fixed reference), "
-            f"candidate {calls.arm(cand.salt).cache_hits} (salt {escape(cand.salt)}: a fresh "
+            f"{calls['cache_hits']} hits in {calls['calls']} calls: baseline "
+            f"{base_hits} (salt = its snapshot: a fixed reference), "
+            f"candidate {cand_hits} (salt {escape(cand.salt)}: a fresh "
             f"sample every epoch); {escape(str(outcome.cache_path))}",
         ),
         (
             "calls",
-            f"{calls.calls}: {calls.completed} completed, {calls.failed} failed ({errors}); "
+            f"{calls['calls']}: {calls['completed']} completed, {calls['failed']} failed "
+            f"({errors}); "
             f"{base.requeued + cand.requeued} refused by the open breaker were asked again",
         ),
-        ("retries", f"{calls.retries}; failed attempts by reason: {reasons}"),
+        ("retries", f"{calls['retries']}; failed attempts by reason: {reasons}"),
         (
             "truncations",
-            f"{truncated} streams that ended or stalled mid-answer were caught; "
-            f"{calls.tokens_discarded} partial chunks discarded, none graded or cached",
+            f"{truncations(calls)} streams that ended or stalled mid-answer were caught; "
+            f"{calls['tokens_discarded']} partial chunks discarded, none graded or cached",
         ),
-        ("breaker", _breaker_path(calls.breaker)),
+        ("breaker", _breaker_path(outcome.breaker)),
     ]
     if outcome.injected is not None:
-        injected = ", ".join(f"{k} {v}" for k, v in sorted(outcome.injected.items())) or "none"
+        injected = counts_text(outcome.injected) or "none"
         rows.append(
             (
                 "injected",
                 f"{sum(outcome.injected.values())} faults ({injected}); the events record "
-                f"{sum(calls.failed_attempts.values())} failed attempts",
+                f"{sum(calls['attempt_reasons'].values())} failed attempts",
             )
         )
     return rows

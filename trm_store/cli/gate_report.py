@@ -1,9 +1,10 @@
-"""`trm gate-report GATE_ID`: a gate's blocks and e-value path, read from its `gate:{id}` stream.
+"""`trm gate-report GATE_ID`: a gate's blocks and e-value path, from `read_gate_report`.
 
 The report is a derived view of the gate's events alone, and the store is opened read-only, so a
 report never writes and works on a store whose projections are stale. `--json` prints the same
-content as JSON; `--plot FILE.png` draws the e-value path with matplotlib (the optional `plot`
-extra, imported only when asked for).
+content as JSON, with each block's e-values beside the stored log e-values (null where one
+overflows a float: JSON has no infinity); `--plot FILE.png` draws the log e-value path with
+matplotlib (the optional `plot` extra, imported only when asked for).
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from trm_store.cli_common import report_console
-from trm_store.domain.gates import BLOCK_EVALUATED, DECIDED, STARTED, UnknownGateError, gate_stream
+from trm_gate.eprocess import to_e_value
+from trm_store.cli.common import json_e_value, report_console
+from trm_store.domain.gate_report import GateReport, GateReportBlock, read_gate_report
 from trm_store.store import Store, open_store
 
-__all__ = ["add_parser", "gate_report", "load_report", "run"]
+__all__ = ["add_parser", "gate_report", "run"]
 
 _BAR = 24  # characters of the e-value path bars
 
@@ -48,61 +50,14 @@ def run(args: argparse.Namespace) -> int:
         return gate_report(store, args.gate_id, as_json=args.json, plot=args.plot)
 
 
-def _e(log_value: float) -> float | None:
-    """exp(log_value), None if it overflows a float (never in practice: gates stop at 1/alpha)."""
-    try:
-        return math.exp(log_value)
-    except OverflowError:
-        return None
-
-
-def load_report(store: Store, gate_id: str) -> dict[str, Any]:
-    """The report's content: the `started` parameters, one entry per block, the verdict."""
-    events = store.read_stream(gate_stream(gate_id))
-    if not events or events[0].type != STARTED:
-        raise UnknownGateError(f"no gate {gate_id!r} was started")
-    report: dict[str, Any] = {"gate_id": gate_id, **events[0].data, "started_at": None}
-    report["started_at"] = events[0].recorded_at.isoformat()
-    blocks, wins, losses = [], 0, 0
-    for event in events:
-        if event.type != BLOCK_EVALUATED:
-            continue
-        d = event.data
-        wins, losses = wins + d["wins"], losses + d["losses"]
-        blocks.append(
-            {
-                "block": d["block"],
-                "units": len(d["unit_ids"]),
-                "wins": d["wins"],
-                "losses": d["losses"],
-                "ties": d["ties"],
-                "infra_baseline": len(d["infra_baseline"]),
-                "infra_candidate": len(d["infra_candidate"]),
-                "baseline_cache_hits": d["baseline_cache_hits"],
-                "total_wins": wins,
-                "total_losses": losses,
-                "e_value": _e(d["log_e_value"]),
-                "futility_e_value": _e(d["log_futility_e_value"]),
-                "log_e_value": d["log_e_value"],
-                "log_futility_e_value": d["log_futility_e_value"],
-                "decision": d["decision"],
-            }
-        )
-    report["blocks"] = blocks
-    decided = next((e for e in events if e.type == DECIDED), None)
-    report["status"] = "running" if decided is None else "decided"
-    report["decision"] = None if decided is None else dict(decided.data)
-    return report
-
-
 def gate_report(
     store: Store, gate_id: str, *, as_json: bool = False, plot: str | None = None
 ) -> int:
     """Print the report for `gate_id` (and draw it to `plot`); the exit code (0, or 2 if the
     plot was asked for and matplotlib is missing)."""
-    report = load_report(store, gate_id)
+    report = read_gate_report(store, gate_id)
     if as_json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(_as_json(report), indent=2, allow_nan=False))
     else:
         # Piped output gets a fixed width wide enough for the block table, not rich's 80.
         _print(report_console(), report)
@@ -118,16 +73,33 @@ def gate_report(
     return 0
 
 
+def _as_json(report: GateReport) -> dict[str, Any]:
+    """The report as `--json` prints it: times as ISO 8601, e-values beside the logs."""
+    return {
+        **report,
+        "started_at": report["started_at"].isoformat(),
+        "blocks": [_json_block(b) for b in report["blocks"]],
+    }
+
+
+def _json_block(block: GateReportBlock) -> dict[str, Any]:
+    return {
+        **block,
+        "e_value": json_e_value(to_e_value(block["log_e_value"])),
+        "futility_e_value": json_e_value(to_e_value(block["log_futility_e_value"])),
+    }
+
+
 def _bar(log_value: float, log_threshold: float) -> str:
     filled = round(_BAR * min(1.0, max(0.0, log_value / log_threshold)))
     return "█" * filled + "·" * (_BAR - filled)
 
 
-def _fmt(e_value: float | None) -> str:
-    return "inf" if e_value is None else f"{e_value:.3g}"
+def _fmt(log_e_value: float) -> str:
+    return f"{to_e_value(log_e_value):.3g}"  # +inf shows as `inf`
 
 
-def _print(console: Console, report: dict[str, Any]) -> None:
+def _print(console: Console, report: GateReport) -> None:
     config = report["config"]
     log_a, log_b = -math.log(config["alpha"]), -math.log(config["beta"])
     console.print(
@@ -149,8 +121,8 @@ def _print(console: Console, report: dict[str, Any]) -> None:
             *(str(b[k]) for k in ("block", "units", "wins", "losses", "ties")),
             *(str(b[k]) for k in ("infra_baseline", "infra_candidate", "baseline_cache_hits")),
             f"{b['total_wins']}-{b['total_losses']}",
-            _fmt(b["e_value"]),
-            _fmt(b["futility_e_value"]),
+            _fmt(b["log_e_value"]),
+            _fmt(b["log_futility_e_value"]),
             b["decision"],
         )
     console.print(table)
@@ -179,7 +151,7 @@ def _print(console: Console, report: dict[str, Any]) -> None:
     )
 
 
-def _plot(report: dict[str, Any], path: Path) -> None:
+def _plot(report: GateReport, path: Path) -> None:
     # The optional `plot` extra: imported here only, so the report works without it.
     importlib.import_module("matplotlib").use("Agg")
     plt = importlib.import_module("matplotlib.pyplot")

@@ -15,7 +15,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from trm_store.demo.model import PROMPT_HINTS
+from trm_store.cli.demo.model import PROMPT_HINTS
 
 __all__ = [
     "BASELINE_PROMPT",

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from trm_store.cli_common import progress_bar
+from trm_store.cli.common import progress_bar
 from trm_store.store import open_store
 
 __all__ = ["add_parser", "run"]

@@ -1,15 +1,18 @@
-"""What every `trm` subcommand shares: the report console and the progress bar."""
+"""What every `trm` subcommand shares: the report console, the progress bar, integer arguments,
+counts as text, and e-values in JSON."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-__all__ = ["int_in_range", "progress_bar", "report_console"]
+__all__ = ["counts_text", "int_in_range", "json_e_value", "progress_bar", "report_console"]
 
 
 def report_console() -> Console:
@@ -44,3 +47,15 @@ def int_in_range(low: int, high: int | None = None) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def counts_text(counts: Mapping[str, int], *, most_first: bool = False) -> str:
+    """`name n, name n`: by name, or (most_first) the largest count first."""
+    ordered = Counter(counts).most_common() if most_first else sorted(counts.items())
+    return ", ".join(f"{name} {n}" for name, n in ordered)
+
+
+def json_e_value(e_value: float) -> float | None:
+    """An e-value as the `--json` outputs give it: the number, or null for +inf (exp of a log
+    e-value beyond ~709 overflows a float, and JSON has no infinity)."""
+    return e_value if math.isfinite(e_value) else None

@@ -1,10 +1,4 @@
-"""LLM calls (seed tasks 1-5): the governed client's events on `llm:{source}` and their read models.
-
-`trm_llm.StoreEventSink` appends what `GovernedLLMClient` and the response caches emit; the
-payloads are drawn in the docstring of `trm_llm/sink.py` and each has a strict model here, so a
-payload that drifts from it (or carries anything extra, such as a header) is refused before it
-is written. The type names are the ones the sink appends, unprefixed. Read models (projection
-`llm_calls`):
+"""The `llm_calls` projection: the read models of the LLM calls' events.
 
 - `llm_calls`: one row per call: outcome, cache status and salt, attempts and the reasons of
   the failed ones, latency, TTFT, tokens, the event's position;
@@ -14,11 +8,9 @@ is written. The type names are the ones the sink appends, unprefixed. Read model
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar
 
-from pydantic import Field, JsonValue
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -33,125 +25,24 @@ from sqlalchemy import (
     Table,
     Text,
     insert,
-    select,
 )
 
-from trm_store.domain._common import DomainModel, as_utc, check_id, stream_id, upsert
-from trm_store.domain.errors import UnknownEntityError
-from trm_store.events import RecordedEvent, register_event_type
+from trm_store.domain._common import upsert
+from trm_store.domain.llm_calls.models import (
+    BREAKER_CHANGED,
+    CACHE_CORRUPT,
+    CACHE_EVENTS,
+    CALL_COMPLETED,
+    CALL_FAILED,
+    STREAM,
+)
+from trm_store.events import RecordedEvent
 from trm_store.projections import Projection, register_projection
 from trm_store.schema import JsonColumn
 
-if TYPE_CHECKING:
-    from trm_store.store import Store
+__all__ = ["PROJECTION", "LLMCallsProjection"]
 
-__all__ = [
-    "BREAKER_CHANGED",
-    "CACHE_CORRUPT",
-    "CACHE_READ_FAILED",
-    "CACHE_WRITE_FAILED",
-    "CALL_COMPLETED",
-    "CALL_FAILED",
-    "UnknownCallError",
-    "breaker_transitions",
-    "cache_problems",
-    "llm_call",
-    "llm_calls",
-    "llm_stats",
-    "llm_stream",
-]
-
-STREAM = "llm"
 PROJECTION = "llm_calls"
-
-_Short = Annotated[str, Field(min_length=1, max_length=255)]
-_Ms = Annotated[float, Field(ge=0)]
-_State = Literal["closed", "open", "half_open"]
-
-
-class UnknownCallError(UnknownEntityError):
-    """No call with this id was recorded."""
-
-
-class Attempt(DomainModel):
-    n: int = Field(ge=1)
-    outcome: Literal["ok", "retry", "failed"]
-    reason: str | None = Field(max_length=255)
-    status: int | None = Field(ge=100, le=599)
-    latency_ms: _Ms
-    tokens_discarded: int = Field(ge=0)
-    sleep_s: float | None = Field(ge=0)
-
-
-class _Call(DomainModel):
-    call_id: _Short
-    parent_call_id: _Short | None
-    model: _Short
-    endpoint: str = Field(max_length=2000)
-    profile: _Short
-    cache_salt: str | None = Field(max_length=1000)
-    latency_ms: _Ms
-    attempts: list[Attempt]
-
-
-class CallCompleted(_Call):
-    cache: Literal["off", "hit", "miss"]
-    cache_write: Literal["written", "failed", "skipped"] | None
-    finish_reason: _Short
-    usage: dict[str, JsonValue] | None
-    ttft_ms: _Ms | None
-    max_inter_token_ms: _Ms | None
-
-
-class CallFailed(_Call):
-    cache: Literal["off", "miss"]
-    error: Literal["retries_exhausted", "fatal", "circuit_open", "cancelled", "unexpected"]
-    reason: _Short
-    status: int | None = Field(ge=100, le=599)
-    detail: str = Field(max_length=1000)
-
-
-class BreakerChanged(DomainModel):
-    from_state: _State
-    to_state: _State
-    failures: int = Field(ge=0)
-    at: float | None
-    call_id: _Short | None
-
-
-class _CacheProblem(DomainModel):
-    backend: str = Field(min_length=1, max_length=32)
-    namespace: _Short
-    key: str = Field(pattern=r"^[0-9a-f]{64}$")
-    detail: str = Field(max_length=1000)
-
-
-class CacheCorrupt(_CacheProblem):
-    reason: Literal["bad_json", "wrong_shape", "wrong_version"]
-
-
-class CacheIOFailed(_CacheProblem):
-    error: _Short
-
-
-CALL_COMPLETED = "llm.call_completed"
-CALL_FAILED = "llm.call_failed"
-BREAKER_CHANGED = "llm.breaker_changed"
-CACHE_CORRUPT = "llm.cache_corrupt"
-CACHE_READ_FAILED = "llm.cache_read_failed"
-CACHE_WRITE_FAILED = "llm.cache_write_failed"
-register_event_type(CALL_COMPLETED, CallCompleted)
-register_event_type(CALL_FAILED, CallFailed)
-register_event_type(BREAKER_CHANGED, BreakerChanged)
-register_event_type(CACHE_CORRUPT, CacheCorrupt)
-register_event_type(CACHE_READ_FAILED, CacheIOFailed)
-register_event_type(CACHE_WRITE_FAILED, CacheIOFailed)
-_CACHE_EVENTS = frozenset({CACHE_CORRUPT, CACHE_READ_FAILED, CACHE_WRITE_FAILED})
-
-
-def llm_stream(source: str) -> str:
-    """The stream of one LLM source (`llm:cache` holds the caches' events)."""
-    return stream_id(STREAM, source)
 
 
 class LLMCallsProjection(Projection):
@@ -160,7 +51,7 @@ class LLMCallsProjection(Projection):
     name: ClassVar[str] = PROJECTION
     version: ClassVar[int] = 2
     event_types: ClassVar[frozenset[str]] = frozenset(
-        {CALL_COMPLETED, CALL_FAILED, BREAKER_CHANGED} | _CACHE_EVENTS
+        {CALL_COMPLETED, CALL_FAILED, BREAKER_CHANGED} | CACHE_EVENTS
     )
 
     def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
@@ -310,88 +201,3 @@ def _cache_row(event: RecordedEvent) -> dict[str, Any]:
 
 
 register_projection(LLMCallsProjection())
-
-
-def _rows(store: Store, table: str, source: str | None) -> list[dict[str, Any]]:
-    with store.query(PROJECTION) as (conn, tables):
-        t = tables[table]
-        query = select(t).order_by(t.c.position)
-        if source is not None:
-            query = query.where(t.c.source == check_id("source", source))
-        rows = [dict(r._mapping) for r in conn.execute(query)]
-    for row in rows:
-        row["recorded_at"] = as_utc(row["recorded_at"])
-    return rows
-
-
-def llm_calls(store: Store, *, source: str | None = None) -> list[dict[str, Any]]:
-    """Every recorded call (of one source, if given) in the order they ended."""
-    return _rows(store, "calls", source)
-
-
-def llm_call(store: Store, call_id: str) -> dict[str, Any]:
-    """One call's row; `UnknownCallError` if it was never recorded."""
-    check_id("call_id", call_id)
-    with store.query(PROJECTION) as (conn, tables):
-        calls = tables["calls"]
-        row = conn.execute(select(calls).where(calls.c.call_id == call_id)).first()
-    if row is None:
-        raise UnknownCallError(f"no LLM call {call_id!r} was recorded")
-    return {**row._mapping, "recorded_at": as_utc(row.recorded_at)}
-
-
-def breaker_transitions(store: Store, *, source: str | None = None) -> list[dict[str, Any]]:
-    """Breaker state changes (of one source, if given) in order."""
-    return _rows(store, "breaker", source)
-
-
-def cache_problems(store: Store) -> list[dict[str, Any]]:
-    """Corrupt cache entries and failed cache reads and writes, in order."""
-    return _rows(store, "cache", None)
-
-
-def llm_stats(store: Store) -> dict[str, dict[str, Any]]:
-    """Per source: calls, completed, failed, cache hits, attempts, retries, failures by error,
-    failed attempts by reason (e.g. `truncated_no_done`), breaker transitions to open."""
-    stats: dict[str, dict[str, Any]] = {}
-    with store.query(PROJECTION) as (conn, tables):
-        calls, breaker = tables["calls"], tables["breaker"]
-        query = select(
-            calls.c.source,
-            calls.c.outcome,
-            calls.c.error,
-            calls.c.cache_hit,
-            calls.c.attempts,
-            calls.c.attempt_reasons,
-        )
-        for row in conn.execute(query):
-            entry = stats.setdefault(row.source, _empty_stats())
-            entry["calls"] += 1
-            entry[row.outcome] += 1
-            entry["cache_hits"] += int(row.cache_hit)
-            entry["attempts"] += row.attempts
-            entry["retries"] += max(row.attempts - 1, 0)
-            if row.error is not None:
-                entry["errors"][row.error] += 1
-            entry["attempt_reasons"].update(row.attempt_reasons)
-        opened = select(breaker.c.source).where(breaker.c.to_state == "open")
-        for (source,) in conn.execute(opened):
-            stats.setdefault(source, _empty_stats())["breaker_opened"] += 1
-    for entry in stats.values():
-        entry["errors"] = dict(entry["errors"])
-        entry["attempt_reasons"] = dict(entry["attempt_reasons"])
-    return stats
-
-
-def _empty_stats() -> dict[str, Any]:
-    return {
-        "calls": 0,
-        "completed": 0,
-        "failed": 0,
-        "cache_hits": 0,
-        "attempts": 0,
-        "retries": 0,
-        "errors": Counter(),
-        "attempt_reasons": Counter(),
-        "breaker_opened": 0,
-    }

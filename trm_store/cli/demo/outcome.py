@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from trm_gate import GateResult
-from trm_store.demo.prompts import Prompt
-from trm_store.demo.stats import CallStats
+from trm_store.cli.demo.prompts import Prompt
+from trm_store.domain.gate_report import GateReport
+from trm_store.domain.llm_calls import LLMSourceStats
 
 __all__ = ["ArmSummary", "DemoOptions", "DemoOutcome", "Endpoint"]
 
@@ -56,7 +57,7 @@ class DemoOutcome:
     """Everything the report shows."""
 
     result: GateResult
-    report: dict[str, Any]  # the gate's own report (blocks, e-value path) from its events
+    report: GateReport  # the gate's own report (blocks, log e-value path) from its events
     store_url: str
     cache_path: Path
     endpoint: Endpoint
@@ -67,7 +68,8 @@ class DemoOutcome:
     candidate: ArmSummary
     baseline_cached: int  # baseline units this run added to the baseline cache
     metric_written: bool  # the candidate's dual metric (none if nothing could be graded)
-    calls: CallStats
+    calls: LLMSourceStats  # the model's calls during the run
+    breaker: list[dict[str, Any]]  # its breaker's transitions during the run
     injected: dict[str, int] | None  # faults the simulated server injected
     events: int
     elapsed_s: float

@@ -1,0 +1,154 @@
+"""`llm_stats`, the one aggregation of LLM calls: it equals a plain count over the payloads the
+sink was given, for every source, after any position, and names what it does not know."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.store.test_llm_calls import attempt, completed, failed
+from trm_llm.sink import StoreEventSink
+from trm_store import DomainInputError, open_store
+from trm_store.domain.errors import UnknownLLMSourceError
+from trm_store.domain.llm_calls import llm_stats, percentile
+
+REASONS = ("truncated_no_done", "http_500", "stall_inter_token", "ReadError")
+
+
+@st.composite
+def a_call(draw: st.DrawFn, n: int) -> tuple[str, dict[str, Any]]:
+    """One call_completed / call_failed payload with random attempts, cache and salt."""
+    retries = [
+        attempt(
+            i + 1, "retry", draw(st.sampled_from(REASONS)), tokens_discarded=draw(st.integers(0, 3))
+        )
+        for i in range(draw(st.integers(0, 2)))
+    ]
+    salt = draw(st.sampled_from([None, "arm-a", "arm-b"]))
+    latency = draw(st.floats(0, 5000, allow_nan=False))
+    if draw(st.booleans()):
+        hit = draw(st.booleans())
+        data = completed(
+            f"c{n}",
+            cache="hit" if hit else "miss",
+            cache_write=None if hit else "written",
+            cache_salt=salt,
+            attempts=[] if hit else [*retries, attempt(len(retries) + 1)],
+            finish_reason=draw(st.sampled_from(["stop", "length"])),
+            ttft_ms=draw(st.none() | st.floats(0, 1000, allow_nan=False)),
+            latency_ms=latency,
+        )
+        return "call_completed", data
+    error = draw(st.sampled_from(["retries_exhausted", "circuit_open", "fatal"]))
+    last = attempt(len(retries) + 1, "failed", "http_503", status=503)
+    data = failed(
+        f"f{n}", cache_salt=salt, error=error, attempts=[*retries, last], latency_ms=latency
+    )
+    return "call_failed", data
+
+
+def expected(calls: list[tuple[str, str, dict[str, Any]]], opened: Counter[str]) -> dict[str, Any]:
+    """The figures counted the plain way, straight from the payloads."""
+    out: dict[str, Any] = {}
+    for source in sorted({s for s, _, _ in calls} | set(opened)):
+        mine = [(t, d) for s, t, d in calls if s == source]
+        done = [d for t, d in mine if t == "call_completed"]
+        fetched = [d for d in done if d["cache"] != "hit"]
+        reasons = Counter(
+            a["reason"] for _, d in mine for a in d["attempts"] if a["outcome"] != "ok"
+        )
+        hits = sum(d["cache"] == "hit" for _, d in mine)
+        salts: dict[str | None, dict[str, int]] = {}
+        for t, d in mine:
+            salt = salts.setdefault(d["cache_salt"], {"calls": 0, "cache_hits": 0, "failed": 0})
+            salt["calls"] += 1
+            salt["cache_hits"] += d["cache"] == "hit"
+            salt["failed"] += t == "call_failed"
+        latencies = [d["latency_ms"] for d in fetched]
+        ttfts = [d["ttft_ms"] for d in fetched if d["ttft_ms"] is not None]
+        out[source] = {
+            "calls": len(mine),
+            "completed": len(done),
+            "failed": len(mine) - len(done),
+            "errors": dict(Counter(d["error"] for t, d in mine if t == "call_failed")),
+            "cache_hits": hits,
+            "cache_hit_rate": hits / len(mine) if mine else None,
+            "attempts": sum(len(d["attempts"]) for _, d in mine),
+            "retries": sum(max(len(d["attempts"]) - 1, 0) for _, d in mine),
+            "attempt_reasons": dict(reasons),
+            "truncated_streams": reasons["truncated_no_done"],
+            "length_finishes": sum(d["finish_reason"] == "length" for d in done),
+            "tokens_discarded": sum(a["tokens_discarded"] for _, d in mine for a in d["attempts"]),
+            "breaker_opened": opened[source],
+            "latency_ms": {
+                "n": len(latencies),
+                "p50": percentile(latencies, 50),
+                "p95": percentile(latencies, 95),
+            },
+            "ttft_ms": {
+                "n": len(ttfts),
+                "p50": percentile(ttfts, 50),
+                "p95": percentile(ttfts, 95),
+            },
+            "by_salt": salts,
+        }
+    return out
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_stats_equal_a_plain_count_of_what_was_emitted(
+    sqlite_url: str, data: st.DataObject
+) -> None:
+    with open_store(sqlite_url) as store:
+        sink = StoreEventSink(store)
+        before = [("old", *data.draw(a_call(0)))]  # recorded before `after`: never counted
+        for source, event_type, payload in before:
+            sink.emit(source, event_type, {**payload, "call_id": f"{store.head_position()}-old"})
+        after = store.head_position()
+        sources = st.sampled_from(["old", "a", "b"])
+        calls = []
+        for n in range(data.draw(st.integers(0, 12))):
+            source, (event_type, payload) = data.draw(sources), data.draw(a_call(n))
+            payload = {**payload, "call_id": f"{after}-{n}"}  # unique across examples
+            sink.emit(source, event_type, payload)
+            calls.append((source, event_type, payload))
+        opened = Counter(data.draw(st.lists(sources, max_size=3)))
+        for source in opened.elements():
+            change = {"from_state": "closed", "to_state": "open", "failures": 5, "at": 1.0}
+            sink.emit(source, "breaker_changed", {**change, "call_id": None})
+        assert llm_stats(store, after=after) == expected(calls, opened)
+        for source in {"old"} | {c[0] for c in calls} | set(opened):  # every known source
+            one = llm_stats(store, source=source, after=after)
+            assert list(one) == [source]
+            theirs = [c for c in calls if c[0] == source]
+            # A source known from earlier but silent since `after` is all zeros.
+            assert one[source] == expected(theirs, Counter({source: opened[source]}))[source]
+
+
+def test_a_source_without_events_is_a_typed_error_naming_the_known_ones(sqlite_url: str) -> None:
+    with open_store(sqlite_url) as store:
+        StoreEventSink(store).emit("gpt", "call_completed", completed())
+        with pytest.raises(UnknownLLMSourceError, match=r"source 'nope' \(known: gpt\)"):
+            llm_stats(store, source="nope")
+        # Known, but nothing after the position: zeros, not an error.
+        assert llm_stats(store, source="gpt", after=store.head_position())["gpt"]["calls"] == 0
+        with pytest.raises(DomainInputError):
+            llm_stats(store, after=-1)
+        with pytest.raises(DomainInputError):
+            llm_stats(store, source="")
+
+
+def test_store_is_not_written_by_the_query(sqlite_url: str) -> None:
+    with open_store(sqlite_url) as store:
+        StoreEventSink(store).emit("gpt", "call_completed", completed())
+    with open_store(sqlite_url, read_only=True) as store:
+        head = store.head_position()
+        assert llm_stats(store)["gpt"]["calls"] == 1
+        assert store.head_position() == head

@@ -1,0 +1,107 @@
+"""`trm llm-stats`: per LLM source, what the governance did (read-only, from `llm_calls`).
+
+The figures are `trm_store.domain.llm_calls.llm_stats`; this module parses arguments and shows
+them, as a table or as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from trm_store.cli.common import report_console
+from trm_store.domain.llm_calls import LLMSourceStats, llm_stats
+from trm_store.store import open_store
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "llm-stats",
+        help="per LLM source: calls, cache hit rate, retries by reason, truncations, breaker, "
+        "latency",
+        description="Per LLM source: calls (completed / failed), cache hit rate, retries and "
+        "failed attempts by reason, truncated streams caught, `length` finishes, breaker opens, "
+        "p50/p95 latency and time to first token. Read-only.",
+    )
+    parser.add_argument("--db", help="store URL (default: $TRM_STORE_URL, then sqlite:///trm.db)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--source", help="only this source (stream llm:SOURCE)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    with open_store(args.db, read_only=True) as store:
+        stats = llm_stats(store, source=args.source)
+        if args.json:
+            sources = {name: _as_json(s) for name, s in stats.items()}
+            print(json.dumps({"store": store.url, "sources": sources}, allow_nan=False))
+        else:
+            _print(report_console(), store.url, stats)
+    return 0
+
+
+def _as_json(s: LLMSourceStats) -> dict[str, Any]:
+    """The figures `--json` prints, under the names it has always used."""
+    return {
+        "calls": s["calls"],
+        "completed": s["completed"],
+        "failed": s["failed"],
+        "failures_by_error": s["errors"],
+        "cache_hits": s["cache_hits"],
+        "cache_hit_rate": s["cache_hit_rate"],
+        "attempts": s["attempts"],
+        "retries": s["retries"],
+        "failed_attempts_by_reason": s["attempt_reasons"],
+        "truncated_streams": s["truncated_streams"],
+        "length_finishes": s["length_finishes"],
+        "breaker_opened": s["breaker_opened"],
+        "latency_ms": s["latency_ms"],
+        "ttft_ms": s["ttft_ms"],
+    }
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _print(console: Console, url: str, stats: dict[str, LLMSourceStats]) -> None:
+    if not stats:
+        console.print(f"no LLM calls recorded in {url}")
+        return
+    table = Table(title=f"LLM calls in {url}")
+    table.add_column("source")
+    for name in ("calls", "ok", "failed", "cache hit", "retries", "truncated", "length"):
+        table.add_column(name, justify="right")
+    table.add_column("breaker opens", justify="right")
+    for name in ("latency p50/p95 ms", "TTFT p50/p95 ms"):
+        table.add_column(name, justify="right")
+    for source, s in stats.items():
+        rate = "-" if s["cache_hit_rate"] is None else f"{s['cache_hit_rate']:.0%}"
+        table.add_row(
+            source,
+            str(s["calls"]),
+            str(s["completed"]),
+            str(s["failed"]),
+            rate,
+            str(s["retries"]),
+            str(s["truncated_streams"]),
+            str(s["length_finishes"]),
+            str(s["breaker_opened"]),
+            f"{_ms(s['latency_ms']['p50'])} / {_ms(s['latency_ms']['p95'])}",
+            f"{_ms(s['ttft_ms']['p50'])} / {_ms(s['ttft_ms']['p95'])}",
+        )
+    console.print(table)
+    for source, s in stats.items():
+        reasons = s["attempt_reasons"]
+        if reasons:
+            parts = ", ".join(f"{r} {n}" for r, n in sorted(reasons.items()))
+            console.print(f"{source}: failed attempts by reason: {parts}")
+        if s["errors"]:
+            parts = ", ".join(f"{e} {n}" for e, n in sorted(s["errors"].items()))
+            console.print(f"{source}: failed calls by error: {parts}")

@@ -1,0 +1,57 @@
+"""LLM calls (seed tasks 1-5): the governed client's events on `llm:{source}` and their read models.
+
+`trm_llm.StoreEventSink` appends what `GovernedLLMClient` and the response caches emit. The
+package has one module per job:
+
+- `models`: the strict event models and type names (a drifting payload is refused unwritten);
+- `projection`: the `llm_calls` projection (calls, breaker transitions, cache problems);
+- `queries`: the rows, in log order (`llm_calls`, `llm_call`, `breaker_transitions`,
+  `cache_problems`);
+- `stats`: the one aggregation per source (`llm_stats`), shown by `trm llm-stats` and the demo.
+"""
+
+from __future__ import annotations
+
+from trm_store.domain.llm_calls.models import (
+    BREAKER_CHANGED,
+    CACHE_CORRUPT,
+    CACHE_READ_FAILED,
+    CACHE_WRITE_FAILED,
+    CALL_COMPLETED,
+    CALL_FAILED,
+    llm_stream,
+)
+from trm_store.domain.llm_calls.projection import LLMCallsProjection
+from trm_store.domain.llm_calls.queries import (
+    breaker_transitions,
+    cache_problems,
+    llm_call,
+    llm_calls,
+)
+from trm_store.domain.llm_calls.stats import (
+    LLMSourceStats,
+    SaltCalls,
+    Spread,
+    llm_stats,
+    percentile,
+)
+
+__all__ = [
+    "BREAKER_CHANGED",
+    "CACHE_CORRUPT",
+    "CACHE_READ_FAILED",
+    "CACHE_WRITE_FAILED",
+    "CALL_COMPLETED",
+    "CALL_FAILED",
+    "LLMCallsProjection",
+    "LLMSourceStats",
+    "SaltCalls",
+    "Spread",
+    "breaker_transitions",
+    "cache_problems",
+    "llm_call",
+    "llm_calls",
+    "llm_stats",
+    "llm_stream",
+    "percentile",
+]

@@ -1,0 +1,208 @@
+"""The one aggregation of LLM calls: per source, what the governance did, from `llm_calls`.
+
+`trm llm-stats`, the demo's report and anything later (a web view) show these figures; only how
+they show them differs. Latency and time to first token are over the answers fetched from the
+server (completed, not cache hits), retries and backoff included: a hit costs ~0 ms and a failed
+call's time says nothing about the provider's speed. Percentiles are nearest rank, so each is a
+latency some call really had.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from sqlalchemy import Connection, Table, select, union
+
+from trm_store.domain._common import check_id, check_int
+from trm_store.domain.errors import UnknownLLMSourceError
+from trm_store.domain.llm_calls.projection import PROJECTION
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from trm_store.store import Store
+
+__all__ = ["TRUNCATED", "LLMSourceStats", "SaltCalls", "Spread", "llm_stats", "percentile"]
+
+TRUNCATED = "truncated_no_done"
+"""The failed-attempt reason of a stream that ended without its `[DONE]`."""
+
+
+class Spread(TypedDict):
+    """How many values, and their nearest-rank median and 95th percentile (None without values)."""
+
+    n: int
+    p50: float | None
+    p95: float | None
+
+
+class SaltCalls(TypedDict):
+    """The calls asked with one cache salt (the demo tells its two arms apart by salt)."""
+
+    calls: int
+    cache_hits: int
+    failed: int
+
+
+class LLMSourceStats(TypedDict):
+    """One source's calls and breaker, as `llm_stats` counts them."""
+
+    calls: int
+    """Calls that ended: completed + failed."""
+    completed: int
+    failed: int
+    errors: dict[str, int]
+    """Failed calls by kind: `retries_exhausted`, `fatal`, `circuit_open`, ..."""
+    cache_hits: int
+    cache_hit_rate: float | None
+    """cache_hits / calls; None without calls."""
+    attempts: int
+    """Requests sent (a cache hit sends none)."""
+    retries: int
+    """Requests sent after a call's first."""
+    attempt_reasons: dict[str, int]
+    """Failed attempts by reason: `truncated_no_done`, `http_500`, `stall_inter_token`, ..."""
+    truncated_streams: int
+    """Failed attempts whose stream ended without `[DONE]` (caught, never graded or cached)."""
+    length_finishes: int
+    """Completed calls that stopped at the token limit (finish_reason `length`)."""
+    tokens_discarded: int
+    """Chunks of failed attempts thrown away."""
+    breaker_opened: int
+    """Breaker transitions to `open`."""
+    latency_ms: Spread
+    ttft_ms: Spread
+    by_salt: dict[str | None, SaltCalls]
+    """The calls per cache salt (None: asked without one)."""
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """The nearest-rank p-th percentile (0 < p <= 100) of `values`; None if there are none."""
+    if not 0 < p <= 100:
+        raise ValueError(f"p must be in (0, 100], got {p!r}")
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def _spread(values: Sequence[float]) -> Spread:
+    return {"n": len(values), "p50": percentile(values, 50), "p95": percentile(values, 95)}
+
+
+@dataclass
+class _Tally:
+    """One source's figures while its rows are read."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
+    reasons: Counter[str] = field(default_factory=Counter)
+    by_salt: dict[str | None, SaltCalls] = field(default_factory=dict)
+    latencies: list[float] = field(default_factory=list)
+    ttfts: list[float] = field(default_factory=list)
+
+    def add(self, row: Any) -> None:
+        hit, failed = bool(row.cache_hit), row.outcome == "failed"
+        salt = self.by_salt.setdefault(row.cache_salt, {"calls": 0, "cache_hits": 0, "failed": 0})
+        salt["calls"] += 1
+        salt["cache_hits"] += hit
+        salt["failed"] += failed
+        self.counts.update(
+            calls=1,
+            completed=not failed,
+            failed=failed,
+            cache_hits=hit,
+            attempts=row.attempts,
+            retries=max(row.attempts - 1, 0),
+            tokens_discarded=row.tokens_discarded,
+            length_finishes=row.finish_reason == "length",
+        )
+        if failed:
+            self.errors[row.error] += 1
+        self.reasons.update(row.attempt_reasons)
+        if not failed and not hit:
+            self.latencies.append(row.latency_ms)
+            if row.ttft_ms is not None:
+                self.ttfts.append(row.ttft_ms)
+
+    def stats(self) -> LLMSourceStats:
+        c = self.counts
+        return {
+            "calls": c["calls"],
+            "completed": c["completed"],
+            "failed": c["failed"],
+            "errors": dict(self.errors),
+            "cache_hits": c["cache_hits"],
+            "cache_hit_rate": c["cache_hits"] / c["calls"] if c["calls"] else None,
+            "attempts": c["attempts"],
+            "retries": c["retries"],
+            "attempt_reasons": dict(self.reasons),
+            "truncated_streams": self.reasons[TRUNCATED],
+            "length_finishes": c["length_finishes"],
+            "tokens_discarded": c["tokens_discarded"],
+            "breaker_opened": c["breaker_opened"],
+            "latency_ms": _spread(self.latencies),
+            "ttft_ms": _spread(self.ttfts),
+            "by_salt": self.by_salt,
+        }
+
+
+_CALL_COLUMNS = (
+    "source",
+    "outcome",
+    "error",
+    "cache_hit",
+    "cache_salt",
+    "attempts",
+    "attempt_reasons",
+    "tokens_discarded",
+    "finish_reason",
+    "latency_ms",
+    "ttft_ms",
+)
+
+
+def llm_stats(
+    store: Store, *, source: str | None = None, after: int = 0
+) -> dict[str, LLMSourceStats]:
+    """Per source (by name), the figures of its calls and breaker changes whose events sit after
+    position `after` (0: all). Without `source`, every source with such events; with it, that
+    source alone, all zeros if it has events but none after `after`, and UnknownLLMSourceError
+    (naming the known ones) if it has none at all."""
+    if source is not None:
+        check_id("source", source)
+    check_int("after", after, minimum=0)
+    tallies: dict[str, _Tally] = {}
+    with store.query(PROJECTION) as (conn, tables):
+        calls, breaker = tables["calls"], tables["breaker"]
+        rows = select(*(calls.c[name] for name in _CALL_COLUMNS)).where(calls.c.position > after)
+        opened = select(breaker.c.source).where(
+            breaker.c.to_state == "open", breaker.c.position > after
+        )
+        if source is not None:
+            rows = rows.where(calls.c.source == source)
+            opened = opened.where(breaker.c.source == source)
+        for row in conn.execute(rows.order_by(calls.c.position)):
+            tallies.setdefault(row.source, _Tally()).add(row)
+        for (name,) in conn.execute(opened):
+            tallies.setdefault(name, _Tally()).counts["breaker_opened"] += 1
+        if source is not None and source not in tallies:
+            known = _sources(conn, tables)
+            if source not in known:
+                raise UnknownLLMSourceError(
+                    f"no LLM calls recorded for source {source!r} "
+                    f"(known: {', '.join(sorted(known)) or 'none'})"
+                )
+            tallies[source] = _Tally()
+    return {name: tallies[name].stats() for name in sorted(tallies)}
+
+
+def _sources(conn: Connection, tables: Mapping[str, Table]) -> set[str]:
+    """Every source with a call or a breaker change recorded."""
+    calls, breaker = tables["calls"], tables["breaker"]
+    query = union(select(calls.c.source), select(breaker.c.source))
+    return {name for (name,) in conn.execute(query)}

@@ -1,0 +1,90 @@
+"""Every run at a glance: its `runs` row, how many predictions it recorded, and its lease's age.
+
+The listing behind `trm runs` (and any other view of the runs): one query over the `runs`
+projection joined with the prediction counts and `run_leases`, oldest run first.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, TypedDict
+
+from sqlalchemy import func, select
+
+from trm_store.domain._common import as_utc
+from trm_store.domain.runs import PROJECTION
+from trm_store.schema import RUN_LEASES
+
+if TYPE_CHECKING:
+    from trm_store.store import Store
+
+__all__ = ["RunListing", "list_runs"]
+
+
+class RunListing(TypedDict):
+    """One run as `list_runs` gives it (times are aware UTC datetimes)."""
+
+    run_id: str
+    status: str
+    """`running`, `completed` or `failed`."""
+    reason: str | None
+    """Why it failed (e.g. `stale`), if it did."""
+    started_at: datetime
+    ended_at: datetime | None
+    predictions: int
+    host: str
+    pid: int
+    last_event_at: datetime
+    heartbeat_at: datetime | None
+    """The lease's last heartbeat; None once the run released it (or never held one)."""
+    lease_age_s: float | None
+    """Seconds from the heartbeat to `now`, rounded to ms."""
+
+
+def list_runs(store: Store, *, now: datetime) -> list[RunListing]:
+    """Every run, oldest first, with its lease's age at `now` (an aware datetime)."""
+    with store.query(PROJECTION) as (conn, tables):
+        runs, predictions = tables["runs"], tables["predictions"]
+        counts = (
+            select(predictions.c.run_id, func.count().label("n"))
+            .group_by(predictions.c.run_id)
+            .subquery()
+        )
+        rows = conn.execute(
+            select(
+                runs.c.run_id,
+                runs.c.status,
+                runs.c.reason,
+                runs.c.started_at,
+                runs.c.finished_at,
+                runs.c.host,
+                runs.c.pid,
+                runs.c.last_event_at,
+                counts.c.n,
+                RUN_LEASES.c.heartbeat_at,
+            )
+            .select_from(
+                runs.outerjoin(counts, counts.c.run_id == runs.c.run_id).outerjoin(
+                    RUN_LEASES, RUN_LEASES.c.run_id == runs.c.run_id
+                )
+            )
+            .order_by(runs.c.started_at, runs.c.run_id)
+        ).all()
+    return [
+        {
+            "run_id": r.run_id,
+            "status": r.status,
+            "reason": r.reason,
+            "started_at": as_utc(r.started_at),
+            "ended_at": None if r.finished_at is None else as_utc(r.finished_at),
+            "predictions": r.n or 0,
+            "host": r.host,
+            "pid": r.pid,
+            "last_event_at": as_utc(r.last_event_at),
+            "heartbeat_at": None if r.heartbeat_at is None else as_utc(r.heartbeat_at),
+            "lease_age_s": None
+            if r.heartbeat_at is None
+            else round((now - as_utc(r.heartbeat_at)).total_seconds(), 3),
+        }
+        for r in rows
+    ]
