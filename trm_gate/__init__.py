@@ -1,7 +1,23 @@
-"""trm_gate: the anytime-valid block-sequential gate (paired flips, e-processes, INFRA guard)."""
+"""trm_gate: the anytime-valid block-sequential gate (paired flips, e-processes, INFRA guard).
+
+The pure core (results, pairing, e-processes, step, guard) loads eagerly and imports nothing
+from trm_store but `trm_store.vocabulary`; `Gate`, `Arm`, `Evaluate` and `GateResult` need the
+store and load on first use (PEP 562), so `import trm_gate` loads no database library.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from trm_gate.config import GateConfig
-from trm_gate.eprocess import DEFAULT_ACCEPT_GRID, DEFAULT_FUTILITY_GRID, e_accept, e_futility
+from trm_gate.eprocess import (
+    DEFAULT_ACCEPT_GRID,
+    DEFAULT_FUTILITY_GRID,
+    e_accept,
+    e_futility,
+    to_e_value,
+)
 from trm_gate.errors import (
     ArmResultError,
     GateError,
@@ -9,8 +25,7 @@ from trm_gate.errors import (
     GateStateError,
     UnknownStopReasonError,
 )
-from trm_gate.gate import Arm, Evaluate, Gate, GateResult
-from trm_gate.pairing import BlockPairing, pair_block
+from trm_gate.pairing import INFRA_POLICIES, BlockPairing, InfraPolicy, pair_block
 from trm_gate.results import (
     INFRA_STOP_REASONS,
     STOP_REASONS,
@@ -21,9 +36,15 @@ from trm_gate.results import (
 )
 from trm_gate.step import Decision, GateState, Verdict, run_blocks, step
 
+if TYPE_CHECKING:
+    from trm_gate.gate import Arm, Evaluate, Gate, GateResult
+
+_LAZY = {"Arm", "Evaluate", "Gate", "GateResult"}  # in trm_gate.gate, which needs the store
+
 __all__ = [
     "DEFAULT_ACCEPT_GRID",
     "DEFAULT_FUTILITY_GRID",
+    "INFRA_POLICIES",
     "INFRA_STOP_REASONS",
     "STOP_REASONS",
     "Arm",
@@ -38,6 +59,7 @@ __all__ = [
     "GateResult",
     "GateState",
     "GateStateError",
+    "InfraPolicy",
     "QuestionResult",
     "UnitOutcome",
     "UnknownStopReasonError",
@@ -49,4 +71,17 @@ __all__ = [
     "pair_block",
     "run_blocks",
     "step",
+    "to_e_value",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module("trm_gate.gate"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'trm_gate' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LAZY)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 
 from trm_gate.errors import GateInputError
+from trm_store.vocabulary import ID_MAX, id_problem
 
-__all__ = ["check_count", "check_open_interval", "check_real"]
+__all__ = ["check_count", "check_id", "check_open_interval", "check_real"]
 
 
 def check_real(name: str, value: object) -> float:
@@ -32,4 +33,14 @@ def check_count(name: str, value: object, *, minimum: int = 0) -> int:
         raise GateInputError(f"{name} must be an int, got {value!r}")
     if value < minimum:
         raise GateInputError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_id(name: str, value: object, limit: int = ID_MAX) -> str:
+    """An id: a non-blank, printable string of at most `limit` characters (the vocabulary's rule,
+    shared with the store's ids; only the error type is the gate's own)."""
+    problem = id_problem(value, limit)
+    if problem is not None:
+        raise GateInputError(f"{name} {problem}")
+    assert isinstance(value, str)
     return value

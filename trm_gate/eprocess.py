@@ -17,6 +17,17 @@ E- = mean_k (1 - l_k)^W (1 + l_k p1 / (1 - p1))^L is a nonnegative supermartinga
 and P(sup E- >= 1/beta) <= beta: a candidate whose win rate is at least p1 is wrongly called
 futile with probability at most beta.
 
+INFRA units. Under the "bounded" policy (`trm_gate.pairing`) an INFRA unit enters E+ with
+D' = (c or 0) - (b or 1) and E- with D'' = (c or 1) - (b or 0), the unknown score replaced by its
+worst case. Whatever the unit's true D (had the infrastructure not failed), D' <= D <= D''. The
+accept factor 1 + l D is increasing in D and the futility factor (1 - l on a win, 1 on a tie,
+1 + l p1 / (1 - p1) on a loss) is nonincreasing, so unit by unit each bounded factor is at most the
+factor on the true outcome, and the bounded wealth is at most the wealth on the true outcomes at
+every time. The latter is the nonnegative supermartingale above (under H0, resp. H0'), so
+P(sup bounded >= 1/alpha) <= P(sup true >= 1/alpha) <= alpha, with no assumption on what causes
+INFRA: it may depend on the outcomes, the unit, the past. Under "exclude" INFRA units are skipped,
+which keeps the supermartingale only when whether a unit is INFRA is independent of its outcome.
+
 Both depend on the data only through the multiset of deltas (or the W/L counts), and sums are
 taken with `math.fsum` (exactly rounded), so the values are exactly order-invariant: units
 evaluated in parallel inside a block need no ordering. Default grids were tuned with
@@ -110,7 +121,8 @@ def log_e_futility(wins: int, losses: int, p1: float, grid: tuple[float, ...]) -
 
 
 def to_e_value(log_e: float) -> float:
-    """exp(log_e), saturating at +inf instead of raising OverflowError."""
+    """An e-value from its logarithm (gates and events store log e-values): exp(log_e),
+    saturating at +inf instead of raising OverflowError. The one such conversion in trm."""
     try:
         return math.exp(log_e)
     except OverflowError:

@@ -1,15 +1,21 @@
-"""The trm_gate exception tree.
+"""The trm_gate exception tree: every exception trm_gate raises on purpose sits in it.
 
 ```
 GateError                       base of every error trm_gate raises on purpose
-├── GateInputError (ValueError) bad input: parameters, pool, grid, NaN, malformed results;
-│   │                           raised before anything is evaluated or written
-│   └── UnknownStopReasonError  a stop_reason outside the closed set (`STOP_REASONS`)
+├── GateInputError (ValueError) bad input: parameters (GateConfig, Gate), the pool, ids, grids,
+│   │                           NaN, malformed results or records, inconsistent blocks or
+│   │                           counts; raised before anything is evaluated or written
+│   └── UnknownStopReasonError  a stop_reason outside the closed set (`STOP_REASONS`), in a
+│                               result or in `infra_reasons`
 ├── ArmResultError              an arm's `evaluate` returned results that do not match the
 │                               units it was asked for (missing, extra or foreign units)
 └── GateStateError              the gate was driven wrongly: a step after the verdict, or a
                                 gate id that already has events
 ```
+
+Not in the tree, because they are not trm_gate's: whatever an arm's `evaluate` raises propagates
+unchanged (so a harness can catch trm_llm's errors directly), and so does a `trm_store.StoreError`
+from the event log or the baseline cache.
 """
 
 from __future__ import annotations

@@ -21,15 +21,16 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from trm_gate._checks import check_count
+from trm_gate._checks import check_count, check_id
 from trm_gate.config import GateConfig
 from trm_gate.errors import ArmResultError, GateInputError, GateStateError
-from trm_gate.pairing import BlockPairing, pair_block
+from trm_gate.pairing import BlockPairing, InfraPolicy, pair_block
 from trm_gate.results import QuestionResult, UnitOutcome, fold_unit, fold_units
 from trm_gate.step import Decision, GateState, Verdict, step
 from trm_store import ConcurrencyError, NewEvent, Store, StoreError
 from trm_store.domain.baseline import BaselineCache, BaselineOutcome
 from trm_store.domain.gates import BLOCK_EVALUATED, DECIDED, FAILED, STARTED, gate_stream
+from trm_store.vocabulary import INFRA_STOP_REASONS
 
 _log = logging.getLogger(__name__)
 
@@ -38,17 +39,9 @@ __all__ = ["Arm", "Evaluate", "Gate", "GateResult"]
 Evaluate = Callable[[Sequence[str]], Awaitable[Sequence[QuestionResult]]]
 """Evaluates an arm on some units: every question of every unit asked, nothing else."""
 
-_ID_MAX = 200  # `baseline:{snapshot}` and `gate:{id}` must fit the log's 255-character stream ids
-_UNIT_ID_MAX = 200  # the baseline cache's limit on ids
+_NAME_MAX = 200  # `baseline:{snapshot}` and `gate:{id}` must fit the log's 255-character ids
+_UNIT_ID_MAX = 200  # the baseline cache's limit on unit ids
 _SEED_LIMIT = 2**63
-
-
-def _check_name(name: str, value: object, limit: int = _ID_MAX) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > limit:
-        raise GateInputError(f"{name} must be a non-blank string of at most {limit} characters")
-    if not value.isprintable():
-        raise GateInputError(f"{name} {value!r} contains control characters")
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +53,7 @@ class Arm:
     evaluate: Evaluate
 
     def __post_init__(self) -> None:
-        _check_name("snapshot", self.snapshot)
+        check_id("snapshot", self.snapshot, _NAME_MAX)
         if not callable(self.evaluate):
             raise GateInputError("evaluate must be an async callable (unit_ids) -> results")
 
@@ -86,7 +79,13 @@ class GateResult:
 
 
 class Gate:
-    """An anytime-valid block-sequential gate of a candidate against a baseline (SPEC §3)."""
+    """An anytime-valid block-sequential gate of a candidate against a baseline (SPEC §3).
+
+    The parameters are `GateConfig`'s: infra_policy "bounded" (default) keeps the type-I error
+    whatever causes INFRA, "exclude" only when INFRA is independent of the outcomes;
+    infra_reasons (default {error, parse_error}) are the stop reasons that count as INFRA;
+    infra_max_rate, infra_margin, infra_alpha and infra_min_units set the guard's tests.
+    """
 
     def __init__(
         self,
@@ -99,6 +98,10 @@ class Gate:
         max_pairs: int | None = None,
         infra_max_rate: float = 0.2,
         infra_min_units: int = 10,
+        infra_policy: InfraPolicy = "bounded",
+        infra_reasons: frozenset[str] = INFRA_STOP_REASONS,
+        infra_margin: float = 0.0,
+        infra_alpha: float = 0.05,
     ) -> None:
         self._store = store
         self._cache = BaselineCache(store)
@@ -110,6 +113,10 @@ class Gate:
             max_pairs=max_pairs,
             infra_max_rate=infra_max_rate,
             infra_min_units=infra_min_units,
+            infra_policy=infra_policy,
+            infra_reasons=infra_reasons,
+            infra_margin=infra_margin,
+            infra_alpha=infra_alpha,
         )
 
     async def run(
@@ -122,7 +129,7 @@ class Gate:
         seed: int | None = None,
     ) -> GateResult:
         """Run the gate over `unit_ids` (shuffled with `seed`, random if None; it is recorded)."""
-        _check_name("gate_id", gate_id)
+        check_id("gate_id", gate_id, _NAME_MAX)
         pool = _check_pool(unit_ids)
         for name, arm in (("baseline", baseline), ("candidate", candidate)):
             if not isinstance(arm, Arm):
@@ -179,20 +186,25 @@ class Gate:
         *,
         final: bool,
     ) -> tuple[GateState, Decision]:
-        hits = {
-            u: _from_cache(o) for u in block_ids if (o := self._cache.get(baseline.snapshot, u))
+        reasons = self.config.infra_reasons
+        cached = {
+            u: _from_cache(o, reasons)
+            for u in block_ids
+            if (o := self._cache.get(baseline.snapshot, u))
         }
+        # A cached unit that is INFRA under this gate's reasons is evaluated again, like a miss.
+        hits = {u: o for u, o in cached.items() if not o.infra}
         misses = [u for u in block_ids if u not in hits]
         base_results, cand_results = await _both(
             _evaluate(baseline, misses), _evaluate(candidate, block_ids)
         )
-        base = {**hits, **fold_units(base_results, misses)}
-        cand = fold_units(cand_results, block_ids)
+        base = {**hits, **fold_units(base_results, misses, infra_reasons=reasons)}
+        cand = fold_units(cand_results, block_ids, infra_reasons=reasons)
         pairing = pair_block(base, cand, cached=hits.keys())
         state, decision = step(state, pairing, final=final)
         if decision.verdict != "infra_abort":  # the guard runs before anything is cached
             for u in misses:
-                if not base[u].infra:
+                if _cacheable(base[u]):
                     self._cache.put(baseline.snapshot, u, base[u])
         events = [
             NewEvent(
@@ -208,7 +220,7 @@ class Gate:
 def _check_pool(unit_ids: Sequence[str]) -> list[str]:
     if isinstance(unit_ids, str) or not isinstance(unit_ids, Iterable):
         raise GateInputError("unit_ids must be a sequence of unit id strings")
-    pool = [_check_name("unit id", u, _UNIT_ID_MAX) for u in unit_ids]
+    pool = [check_id("unit id", u, _UNIT_ID_MAX) for u in unit_ids]
     if not pool:
         raise GateInputError("the unit pool is empty")
     if len(set(pool)) != len(pool):
@@ -244,11 +256,20 @@ async def _evaluate(arm: Arm, unit_ids: list[str]) -> Sequence[QuestionResult]:
     return list(results)
 
 
-def _from_cache(outcome: BaselineOutcome) -> UnitOutcome:
+def _from_cache(outcome: BaselineOutcome, infra_reasons: frozenset[str]) -> UnitOutcome:
     return fold_unit(
-        QuestionResult(q.question_id, outcome.unit_id, q.correct, q.stop_reason)
-        for q in outcome.results
+        (
+            QuestionResult(q.question_id, outcome.unit_id, q.correct, q.stop_reason)
+            for q in outcome.results
+        ),
+        infra_reasons=infra_reasons,
     )
+
+
+def _cacheable(outcome: UnitOutcome) -> bool:
+    """Never cache an INFRA unit: neither under the gate's reasons nor the vocabulary's (the
+    cache refuses those, whatever a gate counts)."""
+    return not outcome.infra and not any(r.infra for r in outcome.results)
 
 
 def _block_data(

@@ -1,52 +1,122 @@
-"""The INFRA guard: end the gate when too much of the evidence is infrastructure failure.
+"""The INFRA guard: anytime-valid sequential tests on the units' INFRA indicators.
 
-INFRA units are excluded from pairing, which is right when failures strike both arms alike and
-wrong when they do not: a candidate that breaks the parser on exactly its hard units would have
-its losses quietly dropped. The guard bounds both cases. Per arm, with k INFRA units among n
-units evaluated *now* (baseline cache hits were evaluated earlier and say nothing about the
-current infrastructure, so they are in neither k nor n):
+Unit i of the gate (every unit of the blocks so far) has an INFRA indicator per arm, I_b and
+I_c in {0, 1}. A baseline unit taken from the cache counts as evaluated and not INFRA: it was
+evaluated in an earlier gate and only non-INFRA outcomes are ever cached. Two rules, each a test
+by betting whose e-value must reach 1/`alpha` (`infra_alpha`) to trip the guard:
 
-1. absolute: once n >= `min_units`, k / n > `max_rate` trips it (for either arm);
-2. relative ("well above"): once the candidate has n_c >= `min_units`, a candidate rate
-   k_c / n_c above the baseline's k_b / n_b (0 when every baseline unit came from the cache)
-   by more than `max_rate` x RELATIVE_MARGIN trips it. With the defaults (0.2, 0.5) that is a
-   candidate INFRA rate more than 10 percentage points above the baseline's.
+1. absolute, per arm: H0 "the arm's INFRA rate is at most r" (`infra_max_rate`), with
+   E = mean_k prod_i (1 + l_k (I_i - r)), l_k = c_k / r;
+2. relative, paired by unit: H0 "the candidate's INFRA rate exceeds the baseline's by at most
+   m" (`infra_margin`), with D_i = I_c - I_b in {-1, 0, 1} and
+   E = mean_k prod_i (1 + l_k (D_i - m)), l_k = c_k / (1 + m).
 
-It is a pure function of the cumulative counts; the gate calls it after pairing a block and
-before writing that block's baseline outcomes to the cache, so a tripped block caches nothing.
+With c_k in GUARD_BETS (0 < c_k < 1) every factor is positive, and its conditional mean is
+1 + l_k (E[I_i | past] - r) <= 1 under H0 (likewise for D_i), so each E is a nonnegative
+supermartingale starting at 1 and, by Ville's inequality, trips with probability at most
+`alpha` under its H0 however often it is checked; noise at equal rates therefore does not trip
+the relative rule, while a real excess makes its E grow geometrically. The rules are checked
+once the gate has `min_units` units (a burn-in cannot hurt validity) and before a block's
+baseline outcomes are cached, so a tripped block caches nothing.
+
+Everything is exact: rates are `Fraction`s (a float is read as the decimal it prints as, so 0.2
+is 1/5) and the e-values are products of rationals compared with 1/alpha as rationals.
 """
 
 from __future__ import annotations
 
-__all__ = ["RELATIVE_MARGIN", "infra_violation"]
+import math
+from fractions import Fraction
+from functools import lru_cache
 
-RELATIVE_MARGIN = 0.5
-"""The candidate may exceed the baseline's INFRA rate by max_rate x this before the guard trips."""
+from trm_gate.errors import GateInputError
+
+__all__ = ["GUARD_BETS", "exact", "infra_violation"]
+
+GUARD_BETS: tuple[Fraction, ...] = (Fraction(1, 4), Fraction(1, 2), Fraction(3, 4))
+"""The fractions c_k of the largest bet that keeps every factor nonnegative."""
+
+Rate = Fraction | float | int
+
+
+def exact(name: str, value: object) -> Fraction:
+    """`value` as a Fraction: ints and Fractions as they are, a float as the decimal it prints as
+    (so 0.2 is exactly 1/5, not the binary double nearest to it)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | Fraction):
+        raise GateInputError(f"{name} must be a real number, got {value!r}")
+    if isinstance(value, float):
+        try:
+            return Fraction(repr(value))
+        except ValueError as e:  # nan, inf
+            raise GateInputError(f"{name} must be finite, got {value!r}") from e
+    return Fraction(value)
+
+
+@lru_cache(maxsize=4096)
+def _reaches(
+    counts: tuple[tuple[Fraction, int], ...], null_mean: Fraction, floor: Fraction, alpha: Fraction
+) -> float | None:
+    """The e-value against H0 "mean <= null_mean" of a variable >= floor, from how often each
+    value occurred, if it reaches 1/alpha (compared exactly); None if it does not."""
+    span = null_mean - floor
+    if span == 0:  # H0 pins the variable at its floor: one value above it refutes H0
+        return math.inf if any(n for v, n in counts if v > floor) else None
+    total = Fraction(0)
+    for c in GUARD_BETS:
+        wealth = Fraction(1)
+        for value, n in counts:
+            wealth *= (1 + c * (value - null_mean) / span) ** n
+        total += wealth
+    e_value = total / len(GUARD_BETS)
+    if e_value * alpha < 1:
+        return None
+    try:
+        return float(e_value)
+    except OverflowError:
+        return math.inf
 
 
 def infra_violation(
     *,
+    units: int,
     infra_baseline: int,
-    baseline_evaluated: int,
     infra_candidate: int,
-    candidate_evaluated: int,
-    max_rate: float,
+    infra_both: int,
+    max_rate: Rate,
+    margin: Rate,
+    alpha: Rate,
     min_units: int,
 ) -> str | None:
-    """Why the guard trips for these cumulative counts, or None when it does not."""
-    for arm, k, n in (
-        ("baseline", infra_baseline, baseline_evaluated),
-        ("candidate", infra_candidate, candidate_evaluated),
+    """Why the guard trips after `units` units with these INFRA counts, or None.
+
+    `infra_both` counts the units INFRA in both arms (so the candidate-only units are
+    infra_candidate - infra_both, the baseline-only ones infra_baseline - infra_both).
+    """
+    if not (
+        0 <= infra_both <= min(infra_baseline, infra_candidate)
+        and infra_baseline + infra_candidate - infra_both <= units
     ):
-        if n >= min_units and k / n > max_rate:
-            return f"{arm} INFRA rate {k}/{n} = {k / n:.3f} exceeds infra_max_rate {max_rate:g}"
-    if candidate_evaluated >= min_units:
-        rate_c = infra_candidate / candidate_evaluated
-        rate_b = infra_baseline / baseline_evaluated if baseline_evaluated else 0.0
-        margin = max_rate * RELATIVE_MARGIN
-        if rate_c > rate_b + margin:
+        raise GateInputError(
+            f"inconsistent INFRA counts: {infra_baseline} baseline, {infra_candidate} "
+            f"candidate, {infra_both} both, of {units} units"
+        )
+    if units < min_units:
+        return None
+    r, m, a = exact("max_rate", max_rate), exact("margin", margin), exact("alpha", alpha)
+    zero, one = Fraction(0), Fraction(1)
+    for arm, k in (("baseline", infra_baseline), ("candidate", infra_candidate)):
+        e = _reaches(((one, k), (zero, units - k)), r, zero, a)
+        if e is not None:
             return (
-                f"candidate INFRA rate {rate_c:.3f} is more than {margin:g} above the "
-                f"baseline's {rate_b:.3f}"
+                f"{arm} INFRA rate {k}/{units} exceeds infra_max_rate {r}: e-value "
+                f"{e:.4g} >= 1/infra_alpha = {float(1 / a):g}"
             )
+    only_c, only_b = infra_candidate - infra_both, infra_baseline - infra_both
+    e = _reaches(((one, only_c), (-one, only_b), (zero, units - only_c - only_b)), m, -one, a)
+    if e is not None:
+        return (
+            f"candidate INFRA rate {infra_candidate}/{units} is more than {m} above the "
+            f"baseline's {infra_baseline}/{units} (paired by unit: {only_c} candidate-only, "
+            f"{only_b} baseline-only): e-value {e:.4g} >= 1/infra_alpha = {float(1 / a):g}"
+        )
     return None

@@ -15,14 +15,21 @@ model failure and could freeze it into the baseline cache.
 
 A non-INFRA result must carry `correct` True or False; an INFRA result's `correct` is ignored
 (usually None: there was no gradable answer).
+
+Which stop reasons count as INFRA is a parameter of the fold (`infra_reasons`, a subset of
+`STOP_REASONS`, default `INFRA_STOP_REASONS`): a harness that scores unparseable replies as
+wrong answers folds with `{"error"}` and gives its `parse_error` results a `correct` verdict.
+`QuestionResult.infra` and its construction check use the default set.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
+from trm_gate._checks import check_id
 from trm_gate.errors import ArmResultError, GateInputError, UnknownStopReasonError
 from trm_store.vocabulary import INFRA_STOP_REASONS, STOP_REASONS  # one definition
 
@@ -31,20 +38,10 @@ __all__ = [
     "STOP_REASONS",
     "QuestionResult",
     "UnitOutcome",
+    "check_infra_reasons",
     "fold_unit",
     "fold_units",
 ]
-
-
-_ID_MAX = 255  # what the store's event models accept for question and unit ids
-
-
-def _check_id(name: str, value: object) -> str:
-    if not isinstance(value, str) or not value or len(value) > _ID_MAX:
-        raise GateInputError(
-            f"{name} must be a string of 1..{_ID_MAX} characters, got {value!r:.80}"
-        )
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +54,8 @@ class QuestionResult:
     stop_reason: str
 
     def __post_init__(self) -> None:
-        _check_id("question_id", self.question_id)
-        _check_id("unit_id", self.unit_id)
+        check_id("question_id", self.question_id)
+        check_id("unit_id", self.unit_id)
         if self.stop_reason not in STOP_REASONS:
             raise UnknownStopReasonError(self.stop_reason, STOP_REASONS)
         if self.correct is not None and not isinstance(self.correct, bool):
@@ -107,11 +104,13 @@ class UnitOutcome:
 
     unit_id: str
     results: tuple[QuestionResult, ...]
+    infra_reasons: frozenset[str] = INFRA_STOP_REASONS
     infra: bool = field(init=False)
     score: float | None = field(init=False)
 
     def __post_init__(self) -> None:
-        _check_id("unit_id", self.unit_id)
+        check_id("unit_id", self.unit_id)
+        object.__setattr__(self, "infra_reasons", check_infra_reasons(self.infra_reasons))
         if not self.results:
             raise GateInputError(f"unit {self.unit_id!r} has no question results")
         seen: set[str] = set()
@@ -126,7 +125,12 @@ class UnitOutcome:
             if r.question_id in seen:
                 raise GateInputError(f"question {r.question_id!r} appears twice in a unit")
             seen.add(r.question_id)
-        infra = any(r.infra for r in self.results)
+        infra = any(r.stop_reason in self.infra_reasons for r in self.results)
+        if not infra and any(r.correct is None for r in self.results):
+            raise GateInputError(
+                f"unit {self.unit_id!r} has a question with no correct verdict whose stop_reason "
+                f"is not INFRA under {sorted(self.infra_reasons)}"
+            )
         object.__setattr__(self, "infra", infra)
         score = None if infra else sum(1 for r in self.results if r.correct) / len(seen)
         object.__setattr__(self, "score", score)
@@ -158,16 +162,31 @@ class UnitOutcome:
         return fold_unit(QuestionResult.from_record(r) for r in raw)
 
 
-def fold_unit(results: Iterable[QuestionResult]) -> UnitOutcome:
+def check_infra_reasons(reasons: object) -> frozenset[str]:
+    """The stop reasons a gate counts as INFRA: a set drawn from `STOP_REASONS`, as a frozenset."""
+    if not isinstance(reasons, AbstractSet) or not all(isinstance(r, str) for r in reasons):
+        raise GateInputError(f"infra_reasons must be a set of stop reasons, got {reasons!r}")
+    unknown = set(reasons) - STOP_REASONS
+    if unknown:
+        raise UnknownStopReasonError(sorted(unknown)[0], STOP_REASONS)
+    return frozenset(reasons)
+
+
+def fold_unit(
+    results: Iterable[QuestionResult], *, infra_reasons: frozenset[str] = INFRA_STOP_REASONS
+) -> UnitOutcome:
     """Fold one unit's question results; any INFRA question makes the whole unit INFRA."""
     results = tuple(results)
     if not results:
         raise GateInputError("cannot fold a unit with no question results")
-    return UnitOutcome(unit_id=results[0].unit_id, results=results)
+    return UnitOutcome(unit_id=results[0].unit_id, results=results, infra_reasons=infra_reasons)
 
 
 def fold_units(
-    results: Iterable[QuestionResult], unit_ids: Sequence[str]
+    results: Iterable[QuestionResult],
+    unit_ids: Sequence[str],
+    *,
+    infra_reasons: frozenset[str] = INFRA_STOP_REASONS,
 ) -> dict[str, UnitOutcome]:
     """Group an arm's results by unit and fold each; every asked unit must be answered.
 
@@ -186,6 +205,6 @@ def fold_units(
     if missing:
         raise ArmResultError(f"evaluate returned no result for unit(s) {missing}")
     try:
-        return {u: fold_unit(rs) for u, rs in grouped.items()}
+        return {u: fold_unit(rs, infra_reasons=infra_reasons) for u, rs in grouped.items()}
     except GateInputError as e:
         raise ArmResultError(f"evaluate returned inconsistent results: {e}") from e

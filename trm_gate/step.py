@@ -1,5 +1,8 @@
 """The gate's pure core: (state, block of pairs) -> (state, decision). No I/O, no clock.
 
+W/L/ties count the paired units only; E+ and E- also take the INFRA units at their worst case
+under the "bounded" policy (`BlockPairing.accept_deltas` / `futility_deltas`).
+
 Order of checks after folding a block in: the INFRA guard (`infra_abort`), then E+ >= 1/alpha
 (`accept`), then E- >= 1/beta (`reject`), then the pair cap or the end of the pool
 (`inconclusive`). Accept wins over reject if both cross in the same block: accept is the claim
@@ -45,7 +48,12 @@ class Decision:
 
 @dataclass(frozen=True, slots=True)
 class GateState:
-    """Cumulative evidence after some blocks; start with `GateState(config)`."""
+    """Cumulative evidence after some blocks; start with `GateState(config)`.
+
+    wins/losses/ties: paired units only. accept_counts: the deltas E+ multiplies;
+    futility_wins/futility_losses: the signs E- counts (both include the bounded INFRA units
+    under the "bounded" policy and equal the paired ones under "exclude").
+    """
 
     config: GateConfig
     blocks: int = 0
@@ -55,9 +63,12 @@ class GateState:
     ties: int = 0
     infra_baseline: int = 0
     infra_candidate: int = 0
+    infra_both: int = 0
     baseline_evaluated: int = 0
     baseline_cache_hits: int = 0
-    delta_counts: DeltaCounts = ()
+    accept_counts: DeltaCounts = ()
+    futility_wins: int = 0
+    futility_losses: int = 0
     log_e_value: float = 0.0
     log_futility_e_value: float = 0.0
     verdict: Verdict | None = None
@@ -86,22 +97,27 @@ def step(
     if state.verdict is not None:
         raise GateStateError(f"the gate already ended with {state.verdict!r}")
     cfg = state.config
-    counts = merge_counts(state.delta_counts, count_deltas(block.deltas))
-    wins, losses = state.wins + block.wins, state.losses + block.losses
+    counts = merge_counts(state.accept_counts, count_deltas(block.accept_deltas(cfg.infra_policy)))
+    futility = block.futility_deltas(cfg.infra_policy)
+    f_wins = state.futility_wins + sum(1 for d in futility if d > 0)
+    f_losses = state.futility_losses + sum(1 for d in futility if d < 0)
     new = replace(
         state,
         blocks=state.blocks + 1,
         units=state.units + block.units,
-        wins=wins,
-        losses=losses,
+        wins=state.wins + block.wins,
+        losses=state.losses + block.losses,
         ties=state.ties + block.ties,
         infra_baseline=state.infra_baseline + block.infra_baseline,
         infra_candidate=state.infra_candidate + block.infra_candidate,
+        infra_both=state.infra_both + block.infra_both,
         baseline_evaluated=state.baseline_evaluated + block.baseline_evaluated,
         baseline_cache_hits=state.baseline_cache_hits + block.baseline_cache_hits,
-        delta_counts=counts,
+        accept_counts=counts,
+        futility_wins=f_wins,
+        futility_losses=f_losses,
         log_e_value=log_e_accept(counts, cfg.accept_grid),
-        log_futility_e_value=log_e_futility(wins, losses, cfg.p1, cfg.futility_grid),
+        log_futility_e_value=log_e_futility(f_wins, f_losses, cfg.p1, cfg.futility_grid),
     )
     decision = _decide(new, final=final)
     if decision.verdict != "continue":
@@ -111,12 +127,15 @@ def step(
 
 def _decide(s: GateState, *, final: bool) -> Decision:
     cfg = s.config
+    max_rate, margin, infra_alpha = cfg.guard_rates
     tripped = infra_violation(
+        units=s.units,
         infra_baseline=s.infra_baseline,
-        baseline_evaluated=s.baseline_evaluated,
         infra_candidate=s.infra_candidate,
-        candidate_evaluated=s.units,
-        max_rate=cfg.infra_max_rate,
+        infra_both=s.infra_both,
+        max_rate=max_rate,
+        margin=margin,
+        alpha=infra_alpha,
         min_units=cfg.infra_min_units,
     )
     if tripped is not None:

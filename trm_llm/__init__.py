@@ -1,33 +1,42 @@
 """trm_llm: a governed LLM client (SSE completeness, retries, circuit breaker, response cache)."""
 
 from trm_llm.breaker import CircuitBreaker
-from trm_llm.cache import CachedResponse, CacheKeyError, ResponseCache, build_cache_key
+from trm_llm.cache import CachedResponse, ResponseCache, build_cache_key
 from trm_llm.client import ChatResult, GovernedLLMClient
 from trm_llm.errors import (
+    APIKeyError,
+    CacheKeyError,
+    CacheTTLError,
     CircuitOpenError,
+    CorruptEntryError,
     FatalLLMError,
+    LLMConfigError,
     LLMError,
+    LLMSettingsError,
     RetriesExhausted,
     SseAnomaly,
 )
 from trm_llm.protocols import EventSink, LLMProvider
 from trm_llm.redis_cache import RedisResponseCache
 from trm_llm.retry import RetryPolicy, is_transient_error
-from trm_llm.settings import CacheTTLError, LLMSettings, LLMSettingsError, resolve_cache_ttl
+from trm_llm.settings import LLMSettings, resolve_cache_ttl
 from trm_llm.sink import StoreEventSink
 from trm_llm.sqlite_cache import SqliteResponseCache
 from trm_llm.vision import VisionLLMClient
 
 __all__ = [
+    "APIKeyError",
     "CacheKeyError",
     "CacheTTLError",
     "CachedResponse",
     "ChatResult",
     "CircuitBreaker",
     "CircuitOpenError",
+    "CorruptEntryError",
     "EventSink",
     "FatalLLMError",
     "GovernedLLMClient",
+    "LLMConfigError",
     "LLMError",
     "LLMProvider",
     "LLMSettings",

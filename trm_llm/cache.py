@@ -26,11 +26,10 @@ plus `cache_read_failed`; a failed write returns False plus `cache_write_failed`
 to the sink with source `"cache"` (stream `llm:cache` through the store sink) and are logged as
 warnings; a cache never raises for a storage failure.
 
-Errors raised to callers (bad input, nothing stored)::
-
-    ValueError
-     └── CacheKeyError    input has no canonical JSON form (NaN, non-str keys, objects), a
-                          reserved param, a key string that is not a digest, a bad namespace
+Bad input (no canonical JSON form: NaN, non-str keys, objects; a reserved param; a key string
+that is not a digest; a bad namespace) raises `CacheKeyError` and nothing is read or stored; the
+tree is drawn in `trm_llm.errors`. An entry whose `finish_reason` is an error finish (`error`,
+`abort`) is corrupt: such an answer is never served.
 """
 
 from __future__ import annotations
@@ -45,7 +44,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from trm_llm.errors import CacheKeyError, CorruptEntryError
 from trm_llm.protocols import EventSink
+from trm_llm.sanitise import storable_text
+from trm_llm.sse import ERROR_FINISHES
 
 __all__ = [
     "CACHE_EVENT_SOURCE",
@@ -80,19 +82,6 @@ CACHE_EVENT_SOURCE = "cache"
 _RESERVED_PARAMS = frozenset({"model", "messages"})
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
-
-
-class CacheKeyError(ValueError):
-    """The key inputs (or a key string, or a namespace) are unusable; nothing was read or stored."""
-
-
-class CorruptEntryError(Exception):
-    """A stored entry could not be decoded; `reason` is bad_json, wrong_shape or wrong_version."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 class CachedResponse(BaseModel):
@@ -206,8 +195,8 @@ def decode_entry(raw: str | bytes) -> CachedResponse:
     """Decode a stored envelope; anything else raises `CorruptEntryError`."""
     try:
         doc = json.loads(raw)
-    except ValueError as exc:
-        raise CorruptEntryError("bad_json", str(exc)) from exc
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the stack
+        raise CorruptEntryError("bad_json", str(exc) or type(exc).__name__) from None
     if not isinstance(doc, dict) or set(doc) != {"v", "response"}:
         raise CorruptEntryError("wrong_shape", "expected an object with keys v and response")
     version = doc["v"]
@@ -216,10 +205,15 @@ def decode_entry(raw: str | bytes) -> CachedResponse:
             "wrong_version", f"entry version {version!r}, expected {CACHE_KEY_VERSION}"
         )
     try:
-        return CachedResponse.model_validate(doc["response"])
+        response = CachedResponse.model_validate(doc["response"])
     except ValidationError as exc:
         fields = sorted({".".join(map(str, err["loc"])) or "response" for err in exc.errors()})
-        raise CorruptEntryError("wrong_shape", f"invalid fields: {', '.join(fields)}") from exc
+        raise CorruptEntryError("wrong_shape", f"invalid fields: {', '.join(fields)}") from None
+    except RecursionError:
+        raise CorruptEntryError("wrong_shape", "response nested too deeply") from None
+    if response.finish_reason in ERROR_FINISHES:
+        raise CorruptEntryError("wrong_shape", f"finish_reason {response.finish_reason}")
+    return response
 
 
 class CacheReporter:
@@ -243,13 +237,15 @@ class CacheReporter:
 
     def read_failed(self, key: str, exc: BaseException) -> None:
         """The storage could not be read; the caller treats it as a miss."""
-        self._emit("cache_read_failed", key, error=type(exc).__name__, detail=str(exc)[:300])
+        self._emit("cache_read_failed", key, error=type(exc).__name__, detail=str(exc))
 
     def write_failed(self, key: str, exc: BaseException) -> None:
         """The storage refused a write; the caller returns False."""
-        self._emit("cache_write_failed", key, error=type(exc).__name__, detail=str(exc)[:300])
+        self._emit("cache_write_failed", key, error=type(exc).__name__, detail=str(exc))
 
     def _emit(self, event_type: str, key: str, **fields: str) -> None:
+        # A detail quotes the stored entry or the storage's error: keep it storable.
+        fields = {name: storable_text(value, 300) for name, value in fields.items()}
         data = {"backend": self._backend, "namespace": self._namespace, "key": key, **fields}
         details = ", ".join(f"{name}={value}" for name, value in data.items())
         logger.warning("%s: %s", event_type, details)

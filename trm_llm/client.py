@@ -18,9 +18,10 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
+from trm_llm.api_key import Redactor, check_api_key, scrub_exception
 from trm_llm.breaker import CircuitBreaker
 from trm_llm.cache import ResponseCache
-from trm_llm.errors import LLMError, SseAnomaly
+from trm_llm.errors import LLMConfigError
 from trm_llm.governor import Governor
 from trm_llm.protocols import ChatResult, EventSink
 from trm_llm.retry import RetryPolicy
@@ -57,15 +58,18 @@ class GovernedLLMClient:
         rand: Callable[[], float] = random.random,
     ) -> None:
         if not model:
-            raise ValueError("model must be a non-empty string")
+            raise LLMConfigError("model must be a non-empty string")
         if not first_token_timeout_s > 0 or not inter_token_timeout_s > 0:
-            raise ValueError("first_token_timeout_s and inter_token_timeout_s must be > 0")
+            raise LLMConfigError("first_token_timeout_s and inter_token_timeout_s must be > 0")
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.source = source or model
         self._url = f"{self.base_url}/chat/completions"
         self._endpoint = str(httpx.URL(self.base_url).copy_with(userinfo=b""))
         self._key = api_key if isinstance(api_key, SecretStr | None) else SecretStr(api_key)
+        if self._key is not None:
+            check_api_key(self._key.get_secret_value())
+        self._redact = Redactor(None if self._key is None else self._key.get_secret_value())
         self._profile = get_profile(profile)
         self._owns_http = http is None
         self._http = http or httpx.AsyncClient(timeout=_DEFAULT_TIMEOUT)
@@ -121,15 +125,12 @@ class GovernedLLMClient:
         """One completion; raises an `LLMError` subclass unless a complete answer came back."""
         reserved = _RESERVED.intersection(params)
         if reserved:
-            raise ValueError(f"{sorted(reserved)} cannot be passed as params")
+            raise LLMConfigError(f"{sorted(reserved)} cannot be passed as params")
         return await self._governor.run(messages, params, parent_call_id, cache_salt)
 
-    def _redact(self, text: str) -> str:
-        secret = self._key.get_secret_value() if self._key is not None else ""
-        return text.replace(secret, "***") if secret else text
-
     async def _stream_once(self, body: dict[str, Any], timing: StreamTiming) -> StreamResult:
-        """One attempt; the key is read here only, into the Authorization header."""
+        """One attempt; the key is read here only, into the Authorization header (checked to be
+        a valid header value when the client was built)."""
         headers = {}
         if self._key is not None:
             headers["Authorization"] = f"Bearer {self._key.get_secret_value()}"
@@ -144,10 +145,8 @@ class GovernedLLMClient:
                 inter_token_s=self._inter_token_s,
                 timing=timing,
             )
-        except LLMError as exc:
-            # A server may echo the key in an error it streams or returns: scrub the message
+        except BaseException as exc:
+            # A server may echo the key in an error it streams or returns: scrub the messages
             # here, where every attempt's error passes, before anything can show or store it.
-            exc.args = tuple(self._redact(a) if isinstance(a, str) else a for a in exc.args)
-            if isinstance(exc, SseAnomaly):
-                exc.detail = self._redact(exc.detail)
+            scrub_exception(exc, self._redact)
             raise

@@ -4,11 +4,21 @@
 LLMError                      base of every error trm_llm raises on purpose
 ├── SseAnomaly(.reason)       a 200 stream that is not a complete answer (transient: retried)
 ├── FatalLLMError(.status)    no retry can fix it (400/401/403/404, other 4xx, quota
-│                             exhausted, wrong content type, unsupported protocol); not held
-│                             against the breaker
+│                             exhausted, wrong content type, unsupported protocol, a body
+│                             that cannot be decoded); not held against the breaker
 ├── CircuitOpenError          the breaker rejected the call; nothing was sent
-└── RetriesExhausted          transient failures until attempts or the deadline ran out, or
-        (.last_error, .why)   until they opened the breaker (why: attempts|deadline|circuit_open)
+├── RetriesExhausted          transient failures until attempts or the deadline ran out, or
+│       (.last_error, .why)   until they opened the breaker (why: attempts|deadline|circuit_open)
+├── CorruptEntryError(.reason) a stored cache entry could not be decoded (caches turn it into a
+│                             miss plus a `cache_corrupt` event; it never reaches `chat()`)
+└── LLMConfigError            bad input, refused before anything is sent or stored (also a
+    │                         ValueError, as these errors always were)
+    ├── APIKeyError           the API key is not a valid HTTP header value (CR, LF, NUL,
+    │                         leading/trailing space, non-ASCII); the message never holds it
+    ├── LLMSettingsError      settings refused at start-up; names variables, never values
+    ├── CacheTTLError         a cache TTL that is not a positive int of seconds
+    └── CacheKeyError         cache-key input with no canonical JSON form, a reserved param,
+                              a key string that is not a digest, a bad namespace
 ```
 Messages carry the reason, status and endpoint; never a request header, so never the API key.
 """
@@ -19,10 +29,16 @@ from typing import Literal, get_args
 
 __all__ = [
     "SSE_ANOMALY_REASONS",
+    "APIKeyError",
     "AnomalyReason",
+    "CacheKeyError",
+    "CacheTTLError",
     "CircuitOpenError",
+    "CorruptEntryError",
     "FatalLLMError",
+    "LLMConfigError",
     "LLMError",
+    "LLMSettingsError",
     "RetriesExhausted",
     "SseAnomaly",
 ]
@@ -33,6 +49,7 @@ AnomalyReason = Literal[
     "malformed_json",
     "stall_first_token",
     "stall_inter_token",
+    "line_too_long",
 ]
 SSE_ANOMALY_REASONS: frozenset[str] = frozenset(get_args(AnomalyReason))
 
@@ -77,3 +94,32 @@ class RetriesExhausted(LLMError):
         self.attempts = attempts
         self.why = why
         super().__init__(f"gave up after {attempts} attempt(s) ({why}); last error: {last_error!r}")
+
+
+class CorruptEntryError(LLMError):
+    """A stored entry could not be decoded; `reason` is bad_json, wrong_shape or wrong_version."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class LLMConfigError(LLMError, ValueError):
+    """An argument or setting trm_llm cannot work with; nothing was sent or stored."""
+
+
+class APIKeyError(LLMConfigError):
+    """The API key cannot be sent as a header value; the message describes it, never holds it."""
+
+
+class LLMSettingsError(LLMConfigError):
+    """Settings refused at start-up; the message names each bad variable, never echoes a value."""
+
+
+class CacheTTLError(LLMConfigError):
+    """The cache TTL is not a positive integer number of seconds."""
+
+
+class CacheKeyError(LLMConfigError):
+    """The key inputs (or a key string, or a namespace) are unusable; nothing was read or stored."""

@@ -3,25 +3,30 @@
 Per call: cache lookup (a hit returns at once) -> breaker admission -> one streamed attempt ->
 on a transient failure tell the breaker, ask the `RetryPolicy`, sleep, try again; on a fatal
 one stop -> cache only a complete answer -> exactly one `call_completed` or `call_failed` event
-(payloads in `trm_llm.sink`). The retry deadline and the breaker read `clock`.
+(payloads in `trm_llm.sink`). The breaker and the retry policy's decisions read `clock`; the
+deadline is also enforced by an asyncio timeout around the whole call, so no server (one that
+drips empty events, or a token every few seconds) can hold a call past `deadline_s`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 import httpx
 
+from trm_llm.api_key import scrub_exception
 from trm_llm.breaker import Admission, CircuitBreaker, Transition
 from trm_llm.cache import CachedResponse, ResponseCache
 from trm_llm.errors import CircuitOpenError, FatalLLMError, LLMError, RetriesExhausted, SseAnomaly
 from trm_llm.protocols import ChatResult, EventSink
 from trm_llm.retry import GiveUp, RetryPolicy, Sleep, is_transient_error, retry_after_of
+from trm_llm.sanitise import clean_event, clean_usage
 from trm_llm.sse import StreamResult
 from trm_llm.stream import StreamTiming
 
@@ -101,6 +106,10 @@ class _Call:
         self.started = time.perf_counter()
         self.attempts: list[_Attempt] = []
         self.reported = False  # the call's one event has been sent
+        self.deadline = asyncio.timeout(governor.retry.deadline_s)
+        self.last_error: Exception | None = None
+        self.notes: list[str] = []  # what was sanitised, for the call's event
+        self.answer: tuple[StreamResult, StreamTiming] | None = None  # complete, not reported
         self.base: dict[str, Any] = {
             "call_id": self.call_id,
             "parent_call_id": parent_call_id,
@@ -112,18 +121,35 @@ class _Call:
         }
 
     async def run(self) -> ChatResult:
+        """The governed call under one asyncio timeout of `deadline_s`: every cache operation,
+        attempt and backoff sleep, whatever the server sends."""
+        try:
+            async with self.deadline:
+                return await self._governed()
+        except TimeoutError:
+            if not self.deadline.expired():
+                raise
+            if self.answer is not None and not self.reported:  # only its cache write was cut
+                result, timing = self.answer
+                self._completed(
+                    result.finish_reason, result.usage, timing.ttft_ms, timing.max_gap_ms, "failed"
+                )
+                return self._result(result, timing)
+            raise self._deadline_passed() from None
+
+    async def _governed(self) -> ChatResult:
         g = self.g
         key = None
-        if g.cache is not None:
+        if g.cache is not None:  # bad key input raises here, before the call is under way
             key = g.cache.build_key(
                 g.model, self.messages, self.base["cache_salt"], self.params, endpoint=g.endpoint
             )
-            hit = await g.cache.get(key)
+        body = {"model": g.model, "messages": list(self.messages), **self.params, "stream": True}
+        try:
+            hit = None if g.cache is None or key is None else await g.cache.get(key)
             if hit is not None:
                 return self._hit(hit)
-        body = {"model": g.model, "messages": list(self.messages), **self.params, "stream": True}
-        start_clock = g.clock()
-        try:
+            start_clock = g.clock()
             while True:
                 admission = self._admit()
                 if not admission.allowed:
@@ -135,6 +161,7 @@ class _Call:
                 try:
                     result = await g.attempt(body, timing)
                 except Exception as exc:
+                    self.last_error = exc
                     attempt.latency_ms, attempt.status = _ms(t0), timing.status
                     attempt.reason, attempt.tokens_discarded = _reason(exc), timing.text_events
                     decision = self._judge(exc, admission, start_clock)
@@ -151,11 +178,16 @@ class _Call:
                 self._breaker_event(g.breaker.record_success(g.source) if g.breaker else None)
                 return await self._complete(result, timing, key)
         except BaseException as exc:  # cancelled, or a bug: still exactly one event per call
-            if not self.reported:
+            scrub_exception(exc, g.redact)
+            if not self.reported and not self.deadline.expired():  # run() reports a deadline
                 cancelled = not isinstance(exc, Exception)
                 error = "cancelled" if cancelled else "unexpected"
                 reason = error if cancelled else type(exc).__name__
                 self._fail(error, reason, None, g.redact(str(exc)))
+            if isinstance(exc, Exception) and not isinstance(exc, LLMError):
+                # chat() raises LLMErrors only: whatever a cache, a sink or a bug threw.
+                detail = g.redact(_describe(exc))[:300]
+                raise FatalLLMError(f"unexpected {type(exc).__name__}: {detail}") from exc
             raise
 
     def _admit(self) -> Admission:
@@ -193,14 +225,23 @@ class _Call:
         if decision.why != "fatal":
             self._fail("retries_exhausted", _reason(exc), status, detail)
             error: LLMError = RetriesExhausted(exc, attempts=len(self.attempts), why=decision.why)
-        elif isinstance(exc, httpx.HTTPStatusError | httpx.TransportError):
+        else:  # an HTTP status, a transport or decoding error, a body httpx cannot send
             self._fail("fatal", _reason(exc), status, detail)
             error = FatalLLMError(
                 f"{_reason(exc)} from {self.g.shown_endpoint}: {detail}", status=status
             )
-        else:
-            return exc  # not ours to translate: run() reports it as "unexpected"
         return error
+
+    def _deadline_passed(self) -> LLMError:
+        """`deadline_s` passed mid-call (in an attempt, a backoff or a cache operation)."""
+        limit = self.g.retry.deadline_s
+        last = self.attempts[-1] if self.attempts else None
+        if last is not None and last.reason == "cancelled":  # the timeout cancelled it
+            last.reason = "deadline"
+        detail = f"the call's deadline of {limit}s passed after {len(self.attempts)} attempt(s)"
+        self._fail("retries_exhausted", "deadline", last.status if last else None, detail)
+        error = self.last_error or TimeoutError(detail)
+        return RetriesExhausted(error, attempts=len(self.attempts), why="deadline")
 
     def _circuit_open(self) -> Exception:
         error = CircuitOpenError(self.g.source)
@@ -218,37 +259,28 @@ class _Call:
             return
         if self.attempts and self.attempts[-1].outcome != "retry":
             self.attempts[-1].outcome = "failed"
-        self.g.report(
-            "call_failed",
-            {
-                **self.base,
-                "latency_ms": _ms(self.started),
-                "attempts": [asdict(a) for a in self.attempts],
-                "error": error,
-                "reason": reason,
-                "status": status,
-                "detail": detail[:300],
-            },
-        )
+        payload = {
+            **self.base,
+            "latency_ms": _ms(self.started),
+            "attempts": [asdict(a) for a in self.attempts],
+            "error": error,
+            "reason": reason,
+            "status": status,
+            "detail": detail[:300],
+        }
+        self.g.report("call_failed", clean_event(payload, self.notes))
 
     def _hit(self, hit: CachedResponse) -> ChatResult:
         self.base["cache"] = "hit"
         self._completed(hit.finish_reason, hit.usage, None, None, None)
-        return ChatResult(
-            content=hit.content,
-            reasoning=hit.reasoning,
-            finish_reason=hit.finish_reason,
-            usage=hit.usage,
-            cached=True,
-            attempts=0,
-            call_id=self.call_id,
-            ttft_ms=None,
-            max_inter_token_ms=None,
-        )
+        return self._result(hit, None)
 
     async def _complete(
         self, result: StreamResult, timing: StreamTiming, key: str | None
     ) -> ChatResult:
+        usage, self.notes = clean_usage(result.usage)  # storable in the cache and the event
+        result = replace(result, usage=usage)
+        self.answer = (result, timing)
         cache_write = None
         if self.g.cache is not None and key is not None:
             cache_write = "skipped"
@@ -266,16 +298,22 @@ class _Call:
         self._completed(
             result.finish_reason, result.usage, timing.ttft_ms, timing.max_gap_ms, cache_write
         )
+        return self._result(result, timing)
+
+    def _result(
+        self, answer: StreamResult | CachedResponse, timing: StreamTiming | None
+    ) -> ChatResult:
+        """What `chat()` returns; no timing means a cache hit."""
         return ChatResult(
-            content=result.content,
-            reasoning=result.reasoning,
-            finish_reason=result.finish_reason,
-            usage=result.usage,
-            cached=False,
-            attempts=len(self.attempts),
+            content=answer.content,
+            reasoning=answer.reasoning,
+            finish_reason=answer.finish_reason,
+            usage=answer.usage,
+            cached=timing is None,
+            attempts=0 if timing is None else len(self.attempts),
             call_id=self.call_id,
-            ttft_ms=timing.ttft_ms,
-            max_inter_token_ms=timing.max_gap_ms,
+            ttft_ms=None if timing is None else timing.ttft_ms,
+            max_inter_token_ms=None if timing is None else timing.max_gap_ms,
         )
 
     def _completed(
@@ -289,19 +327,17 @@ class _Call:
         self.reported = True
         if self.g.sink is None:
             return
-        self.g.report(
-            "call_completed",
-            {
-                **self.base,
-                "cache_write": cache_write,
-                "finish_reason": finish_reason,
-                "usage": usage,
-                "ttft_ms": ttft_ms,
-                "max_inter_token_ms": max_gap_ms,
-                "latency_ms": _ms(self.started),
-                "attempts": [asdict(a) for a in self.attempts],
-            },
-        )
+        payload = {
+            **self.base,
+            "cache_write": cache_write,
+            "finish_reason": finish_reason,
+            "usage": usage,
+            "ttft_ms": ttft_ms,
+            "max_inter_token_ms": max_gap_ms,
+            "latency_ms": _ms(self.started),
+            "attempts": [asdict(a) for a in self.attempts],
+        }
+        self.g.report("call_completed", clean_event(payload, self.notes))
 
     def _breaker_event(self, transition: Transition | None) -> None:
         if transition is None:

@@ -16,7 +16,7 @@ from typing import Literal
 import httpx
 from httpx_sse import SSEError
 
-from trm_llm.errors import SseAnomaly
+from trm_llm.errors import LLMConfigError, SseAnomaly
 
 __all__ = [
     "GiveUp",
@@ -107,12 +107,12 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if isinstance(self.max_attempts, bool) or self.max_attempts < 1:
-            raise ValueError(f"max_attempts must be an int >= 1, got {self.max_attempts!r}")
+            raise LLMConfigError(f"max_attempts must be an int >= 1, got {self.max_attempts!r}")
         for name in ("base_delay_s", "max_delay_s", "retry_after_cap_s"):
             if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+                raise LLMConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if not self.deadline_s > 0:
-            raise ValueError(f"deadline_s must be > 0, got {self.deadline_s!r}")
+            raise LLMConfigError(f"deadline_s must be > 0, got {self.deadline_s!r}")
 
     def decide(
         self,

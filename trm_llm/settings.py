@@ -28,20 +28,14 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from trm_llm.api_key import check_api_key
 from trm_llm.cache import check_namespace
+from trm_llm.errors import APIKeyError, CacheTTLError, LLMSettingsError
 from trm_llm.sse import PROFILES
 
 __all__ = ["CacheTTLError", "LLMSettings", "LLMSettingsError", "resolve_cache_ttl"]
 
 _OWN_PREFIXES = ("llm_", "redis_")
-
-
-class CacheTTLError(ValueError):
-    """The cache TTL is not a positive integer number of seconds."""
-
-
-class LLMSettingsError(ValueError):
-    """Settings refused at start-up; the message names each bad variable, never echoes a value."""
 
 
 def resolve_cache_ttl(ttl: object) -> int:
@@ -256,6 +250,16 @@ class LLMSettings(BaseSettings):
         if value is not None and not value.strip():
             raise ValueError("must not be blank")
         return None if value is None else value.strip()
+
+    @field_validator("llm_api_key")
+    @classmethod
+    def _header_safe_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            try:
+                check_api_key(value.get_secret_value())
+            except APIKeyError as exc:
+                raise ValueError(f"LLM_API_KEY: {exc}") from None
+        return value
 
     @field_validator("llm_profile")
     @classmethod

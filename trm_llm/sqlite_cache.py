@@ -6,7 +6,7 @@ connection in a worker thread (`asyncio.to_thread`), so the event loop never blo
 nothing is shared across threads or a fork. Entries carry an absolute expiry time from the
 injectable `clock` (seconds since the epoch, as every process agrees on). The file and its
 parent directory are created on first use; until then nothing touches the disk. Storage failures
-follow the contract in `trm_llm.cache`: reported, never raised.
+follow the contract in `trm_llm.cache`: reported, never raised (`trm_llm.stored_cache`).
 """
 
 from __future__ import annotations
@@ -19,17 +19,11 @@ import time
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
+from typing import ClassVar
 
-from trm_llm.cache import (
-    CachedResponse,
-    CacheReporter,
-    ResponseCache,
-    check_key,
-    check_namespace,
-    encode_entry,
-)
+from trm_llm.errors import LLMConfigError
 from trm_llm.protocols import EventSink
-from trm_llm.settings import resolve_cache_ttl
+from trm_llm.stored_cache import StoredResponseCache
 
 __all__ = ["SqliteResponseCache"]
 
@@ -51,11 +45,13 @@ _UPSERT = (
     "expires_at = excluded.expires_at"
 )
 _PURGE = f"DELETE FROM {_TABLE} WHERE expires_at <= ?"
-_STORAGE_ERRORS = (sqlite3.Error, OSError)
 
 
-class SqliteResponseCache(ResponseCache):
+class SqliteResponseCache(StoredResponseCache):
     """A `ResponseCache` in a SQLite file; `namespace` isolates caches sharing one file."""
+
+    backend: ClassVar[str] = "sqlite"
+    storage_errors: ClassVar[tuple[type[BaseException], ...]] = (sqlite3.Error, OSError)
 
     def __init__(
         self,
@@ -68,58 +64,32 @@ class SqliteResponseCache(ResponseCache):
         busy_timeout_s: float = 5.0,
     ) -> None:
         if not busy_timeout_s >= 0:
-            raise ValueError(f"busy_timeout_s must be >= 0, got {busy_timeout_s!r}")
+            raise LLMConfigError(f"busy_timeout_s must be >= 0, got {busy_timeout_s!r}")
+        # The busy timeout bounds every operation already; the thread cannot be interrupted.
+        super().__init__(ttl_s=ttl_s, namespace=namespace, sink=sink, op_timeout_s=None)
         self._path = Path(path)
-        self._ttl_s = resolve_cache_ttl(ttl_s)
-        self._namespace = check_namespace(namespace)
-        self._report = CacheReporter("sqlite", self._namespace, sink)
         self._clock = clock
         self._busy_timeout_s = busy_timeout_s
         self._schema_ready = False
         self._schema_lock = threading.Lock()
 
     @property
-    def ttl_s(self) -> int:
-        """Seconds an entry lives after it is written."""
-        return self._ttl_s
-
-    @property
-    def namespace(self) -> str:
-        """The namespace column value of every row this cache reads and writes."""
-        return self._namespace
-
-    @property
     def path(self) -> Path:
         """The SQLite file."""
         return self._path
 
-    async def get(self, key: str) -> CachedResponse | None:
-        """The stored, unexpired answer, or None (miss, corrupt entry, or unreadable file)."""
-        check_key(key)
-        try:
-            raw = await asyncio.to_thread(self._read, key)
-        except _STORAGE_ERRORS as exc:
-            self._report.read_failed(key, exc)
-            return None
-        return self._report.decoded(key, raw)
+    async def _read(self, key: str) -> str | bytes | None:
+        return await asyncio.to_thread(self._select, key)
 
-    async def set(self, key: str, value: CachedResponse) -> bool:
-        """Store `value` until now + ttl; False (reported) when the file refused the write."""
-        check_key(key)
-        payload = encode_entry(value)
-        try:
-            await asyncio.to_thread(self._write, key, payload)
-        except _STORAGE_ERRORS as exc:
-            self._report.write_failed(key, exc)
-            return False
-        return True
+    async def _write(self, key: str, payload: str) -> None:
+        await asyncio.to_thread(self._upsert, key, payload)
 
-    def _read(self, key: str) -> str | bytes | None:
+    def _select(self, key: str) -> str | bytes | None:
         with closing(self._connect()) as conn:
             row = conn.execute(_SELECT, (self._namespace, key, self._clock())).fetchone()
         return None if row is None else row[0]
 
-    def _write(self, key: str, payload: str) -> None:
+    def _upsert(self, key: str, payload: str) -> None:
         now = self._clock()
         with closing(self._connect()) as conn, conn:
             conn.execute("BEGIN IMMEDIATE")

@@ -1,6 +1,7 @@
 """Pure SSE decoding and the completeness check of a chat-completion stream (no I/O).
 
-`SseDecoder` turns bytes into events as the SSE spec frames them, with one deliberate exception:
+`SseDecoder` turns bytes into events as the SSE spec frames them (a leading BOM dropped, lines
+bounded by `MAX_LINE_CHARS`), with one deliberate exception:
 an unframed `data: [DONE]` at the very end of the body (llama.cpp's server sends no blank line
 after it) is still dispatched, because httpx-sse's decoder only dispatches on a blank line and
 would lose it. Any other unframed trailing event is dropped, as the spec says.
@@ -18,9 +19,12 @@ from typing import Any
 
 from httpx_sse import ServerSentEvent
 
-from trm_llm.errors import SseAnomaly
+from trm_llm.errors import LLMConfigError, SseAnomaly
+from trm_llm.sanitise import repair_text
 
 __all__ = [
+    "ERROR_FINISHES",
+    "MAX_LINE_CHARS",
     "PROFILES",
     "SseDecoder",
     "SseProfile",
@@ -31,7 +35,10 @@ __all__ = [
 ]
 
 DONE = "[DONE]"
-_ERROR_FINISHES = frozenset({"error", "abort"})
+MAX_LINE_CHARS = 8 * 1024 * 1024
+"""The longest line (or event data) a stream may hold, in characters: 8 Mi."""
+ERROR_FINISHES = frozenset({"error", "abort"})
+"""Finish reasons that mark a failed answer: never complete, never cached, never served."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +65,7 @@ def get_profile(name: str) -> SseProfile:
     try:
         return PROFILES[name]
     except KeyError:
-        raise ValueError(f"unknown SSE profile {name!r}; known: {sorted(PROFILES)}") from None
+        raise LLMConfigError(f"unknown SSE profile {name!r}; known: {sorted(PROFILES)}") from None
 
 
 @dataclass(frozen=True)
@@ -73,46 +80,78 @@ class StreamResult:
 
 
 class SseDecoder:
-    """Bytes in, events out; lines end at CRLF, LF or CR, even when split across chunks."""
+    """Bytes in, events out; lines end at CRLF, LF or CR, even when split across chunks.
 
-    def __init__(self) -> None:
-        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._tail = ""
+    A UTF-8 byte order mark at the start of the stream is dropped (the SSE spec says so). A line,
+    or an event's data, longer than `max_line_chars` raises `SseAnomaly("line_too_long")` as soon
+    as that many characters are held: an unbounded line can neither exhaust memory nor cost time
+    quadratic in its length (the pieces of a long line are joined once, not once per chunk).
+    """
+
+    def __init__(self, max_line_chars: int = MAX_LINE_CHARS) -> None:
+        self._utf8 = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
+        self._max = max_line_chars
+        self._pending: list[str] = []  # the pieces of the unfinished last line
+        self._pending_chars = 0
+        self._held_cr = False  # the last chunk ended in CR: maybe half of a CRLF
         self._event = ""
         self._data: list[str] = []
+        self._data_chars = 0
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """Decode one chunk; return the events it completed."""
-        text = self._tail + self._utf8.decode(chunk)
-        held_cr = text.endswith("\r")  # may be half of a CRLF: decide with the next chunk
-        if held_cr:
-            text = text[:-1]
-        lines = _split_lines(text)
-        self._tail = lines.pop() + ("\r" if held_cr else "")
-        return self._lines(lines)
+        text = self._utf8.decode(chunk)
+        if not self._held_cr and "\n" not in text and "\r" not in text:
+            self._hold(text)  # the middle of a long line: keep the piece, join it later
+            return []
+        return self._lines(self._split(text))
 
     def end(self) -> list[ServerSentEvent]:
         """End of body: dispatch a pending unframed `[DONE]`; drop any other pending event."""
-        text = self._tail + self._utf8.decode(b"", final=True)
-        self._tail = ""
-        lines = _split_lines(text)
+        lines = self._split(self._utf8.decode(b"", final=True), final=True)
         last = lines.pop()
         events = self._lines(lines)
         if last:
             self._line(last)
-        data, self._data, self._event = self._data, [], ""
+        data, self._data, self._event, self._data_chars = self._data, [], "", 0
         return [*events, ServerSentEvent(data=DONE)] if data == [DONE] else events
+
+    def _hold(self, text: str) -> None:
+        self._pending_chars += len(text)
+        if self._pending_chars > self._max:
+            raise SseAnomaly("line_too_long", f"a line longer than {self._max} characters")
+        self._pending.append(text)
+
+    def _split(self, text: str, *, final: bool = False) -> list[str]:
+        """The complete lines so far, then (if `final`) the unfinished last one; otherwise the
+        unfinished last line is held for the next chunk."""
+        text = "".join(self._pending) + ("\r" if self._held_cr else "") + text
+        self._pending, self._pending_chars, self._held_cr = [], 0, False
+        if not final and text.endswith("\r"):
+            self._held_cr, text = True, text[:-1]
+        lines = _split_lines(text)
+        if not final:
+            self._hold(lines.pop())
+        if any(len(line) > self._max for line in lines):
+            raise SseAnomaly("line_too_long", f"a line longer than {self._max} characters")
+        return lines
 
     def _lines(self, lines: list[str]) -> list[ServerSentEvent]:
         events: list[ServerSentEvent] = []
         for line in lines:
             if line.startswith("data: "):  # the hot path: one data line of an event
-                self._data.append(line[6:])
+                self._add_data(line[6:])
                 continue
             event = self._line(line)
             if event is not None:
                 events.append(event)
         return events
+
+    def _add_data(self, value: str) -> None:
+        self._data_chars += len(value) + 1
+        if self._data_chars > self._max:
+            raise SseAnomaly("line_too_long", f"an event longer than {self._max} characters")
+        self._data.append(value)
 
     def _line(self, line: str) -> ServerSentEvent | None:
         if not line:
@@ -121,7 +160,7 @@ class SseDecoder:
                 return None
             data = self._data[0] if len(self._data) == 1 else "\n".join(self._data)
             event = ServerSentEvent(event=self._event, data=data)
-            self._event, self._data = "", []
+            self._event, self._data, self._data_chars = "", [], 0
             return event
         if line.startswith(":"):
             return None
@@ -129,7 +168,7 @@ class SseDecoder:
         if value.startswith(" "):
             value = value[1:]
         if field == "data":
-            self._data.append(value)
+            self._add_data(value)
         elif field == "event":
             self._event = value
         return None
@@ -142,6 +181,7 @@ class StreamAccumulator:
         self.profile = profile
         self.done = False
         self.text_events = 0
+        self.progress = 0  # events that carried text, a finish_reason or [DONE]
         self._content: dict[int, list[str]] = {}
         self._reasoning: dict[int, list[str]] = {}
         self._finish: dict[int, str | None] = {}
@@ -163,6 +203,7 @@ class StreamAccumulator:
             return False
         if data == DONE:
             self.done = True
+            self.progress += 1
             return False
         try:
             obj = json.loads(data)
@@ -170,11 +211,11 @@ class StreamAccumulator:
             raise SseAnomaly("malformed_json", "data is not JSON") from None
         if not isinstance(obj, dict):
             raise SseAnomaly("malformed_json", "data is not a JSON object")
-        if "error" in obj or obj.get("object") == "error":
+        if obj.get("error") is not None or obj.get("object") == "error":  # {"error": null} is not
             raise SseAnomaly("error_payload", _short(obj.get("error") or obj.get("message")))
         model = obj.get("model")
         if isinstance(model, str):
-            self._model = model
+            self._model = repair_text(model)
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self._usage = usage
@@ -186,6 +227,7 @@ class StreamAccumulator:
             carried = self._choice(choice) or carried
         if carried:
             self.text_events += 1
+            self.progress += 1
         return carried
 
     def _choice(self, choice: Any) -> bool:
@@ -200,10 +242,11 @@ class StreamAccumulator:
             self._finish.setdefault(index, None)
         elif not isinstance(finish, str):
             raise SseAnomaly("malformed_json", "finish_reason is not a string")
-        elif finish in _ERROR_FINISHES:
+        elif finish in ERROR_FINISHES:
             raise SseAnomaly("error_payload", f"finish_reason {finish}")
         else:
             self._finish[index] = finish
+            self.progress += 1
         carried = False
         text = delta.get("content")
         if text and isinstance(text, str):
@@ -228,10 +271,10 @@ class StreamAccumulator:
             raise SseAnomaly("truncated_no_done", f"choices {unfinished} have no finish_reason")
         first = min(self._finish)
         reasoning = self._reasoning.get(first)
-        return StreamResult(
-            content="".join(self._content.get(first, [])),
-            reasoning="".join(reasoning) if reasoning else None,
-            finish_reason=self._finish[first] or "stop",
+        return StreamResult(  # an emoji streamed as two escaped UTF-16 halves is joined here
+            content=repair_text("".join(self._content.get(first, []))),
+            reasoning=repair_text("".join(reasoning)) if reasoning else None,
+            finish_reason=repair_text(self._finish[first] or "stop"),
             usage=self._usage,
             model=self._model,
         )

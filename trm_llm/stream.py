@@ -1,8 +1,9 @@
 """One streamed attempt over HTTP: POST, check the response head, read SSE under stall timers.
 
-The stall timers count only data events: a watchdog on the event loop looks at the time of the
-last data event, so keep-alive comments (which the decoder swallows) never push it back. The
-watchdog re-arms itself lazily, so a data event costs one attribute store, not a timer.
+The stall timers count only events that make progress (content or reasoning text, a
+finish_reason, `[DONE]`): a watchdog on the event loop looks at the time of the last such event,
+so keep-alive comments and empty data events (`{"choices": []}`, a role-only delta) never push
+it back. The watchdog re-arms itself lazily, so an event costs one attribute store, not a timer.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class StreamTiming:
 
 
 class _Watchdog:
-    """Cancels the reading task once no data event arrived within the current limit."""
+    """Cancels the reading task once no progress event arrived within the current limit."""
 
     def __init__(self, first_s: float, inter_s: float) -> None:
         self._loop = asyncio.get_running_loop()
@@ -90,9 +91,12 @@ async def stream_chat(
             async for chunk in response.aiter_bytes():
                 for event in decoder.feed(chunk):
                     now = clock()
-                    watchdog.data(now)
                     timing.data_events += 1
-                    if acc.feed_event(event):
+                    progress = acc.progress
+                    carried = acc.feed_event(event)
+                    if acc.progress != progress:
+                        watchdog.data(now)
+                    if carried:
                         timing.text_events += 1
                         if timing.ttft_ms is None:
                             timing.ttft_ms = (now - started) * 1000
@@ -107,10 +111,10 @@ async def stream_chat(
         if not watchdog.fired or task is None or task.uncancel() > 0:
             raise  # cancelled from outside
         if not acc.done:  # a stall after [DONE] only delays the end of the body
-            first = timing.data_events == 0
+            first = acc.progress == 0
             raise SseAnomaly(
                 "stall_first_token" if first else "stall_inter_token",
-                f"no data event for {watchdog.limit_s}s",
+                f"no content or finish for {watchdog.limit_s}s",
             ) from None
     finally:
         watchdog.close()
@@ -125,5 +129,5 @@ async def _check_response(response: httpx.Response) -> None:
             f"HTTP {response.status_code}", request=response.request, response=response
         )
     content_type = response.headers.get("content-type", "").partition(";")[0].strip()
-    if content_type != "text/event-stream":
+    if content_type.lower() != "text/event-stream":  # media types are case-insensitive
         raise SSEError(f"expected Content-Type text/event-stream, got {content_type!r}")

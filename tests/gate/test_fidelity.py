@@ -4,14 +4,16 @@
    step, block after block) gives the same verdict and W/L as a plain paired-flip procedure
    written here independently: exact rational arithmetic, recomputing both e-values from
    scratch after every block.
-2. With INFRA units and the guard not tripped, the verdict, W/L/ties and e-values equal those of
-   the same gate run on the same blocks with the INFRA units removed.
+2. With INFRA units and the guard not tripped, under `infra_policy="exclude"` the verdict,
+   W/L/ties and e-values equal those of the same gate run on the same blocks with the INFRA
+   units removed; under either policy W/L/ties do. (The default "bounded" policy's own
+   properties are in test_bounded.py.)
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from hypothesis import assume, given, settings
@@ -72,6 +74,7 @@ configs = st.builds(
     futility_grid=st.lists(st.sampled_from(BETS), min_size=1, max_size=4, unique=True).map(tuple),
     infra_max_rate=st.floats(0.2, 1.0),
     infra_min_units=st.integers(5, 60),
+    infra_policy=st.sampled_from(["bounded", "exclude"]),
 )
 
 
@@ -154,6 +157,7 @@ def test_without_infra_the_gate_is_the_plain_paired_flip_procedure(
 def test_with_infra_the_gate_equals_the_gate_without_those_units(
     config: GateConfig, blocks: list[list[UnitSpec]]
 ) -> None:
+    config = replace(config, infra_policy="exclude")
     with_infra = gate(config, blocks)
     assume(with_infra.verdict != "infra_abort")
     clean = [[u for u in blk if not (u.baseline_infra or u.candidate_infra)] for blk in blocks]
@@ -170,3 +174,19 @@ def test_with_infra_the_gate_equals_the_gate_without_those_units(
     )
     assert with_infra.blocks == without.blocks
     assert (with_infra.verdict, with_infra.wins, with_infra.losses) == reference(config, clean)
+
+
+@settings(max_examples=200, deadline=None)
+@given(block_lists(infra=True))
+def test_w_l_never_count_infra_units_under_either_policy(blocks: list[list[UnitSpec]]) -> None:
+    # Thresholds out of reach, so every block is folded in whatever the policy.
+    endless = GateConfig(
+        alpha=1e-300, beta=1e-300, infra_max_rate=1.0, infra_margin=0.999, infra_alpha=1e-300
+    )
+    clean = [[u for u in blk if not (u.baseline_infra or u.candidate_infra)] for blk in blocks]
+    reference = run_blocks(endless, (pair(blk) for blk in clean if blk)) if any(clean) else None
+    for policy in ("bounded", "exclude"):
+        state = gate(replace(endless, infra_policy=policy), blocks)
+        assert state.blocks == len(blocks) and state.verdict == "inconclusive"
+        expected = (reference.wins, reference.losses, reference.ties) if reference else (0, 0, 0)
+        assert (state.wins, state.losses, state.ties) == expected

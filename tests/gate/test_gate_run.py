@@ -62,12 +62,12 @@ async def test_a_block_that_trips_the_guard_caches_nothing(store: Store) -> None
     order_seed = 0
     order = pool.copy()
     random.Random(order_seed).shuffle(order)
-    base = table(pool, OK, **{u: ERROR for u in order[:3]})  # 3 of the first block's 10
+    base = table(pool, OK, **{u: ERROR for u in order[:8]})  # 8 of the first block's 10
     cand = table(pool, WRONG)
     result = await Gate(store, block_size=10).run(
         "g1", pool, baseline=Arm("base@1", base), candidate=Arm("cand@1", cand), seed=order_seed
     )
-    assert result.verdict == "infra_abort" and "baseline INFRA rate 3/10" in result.reason
+    assert result.verdict == "infra_abort" and "baseline INFRA rate 8/10" in result.reason
     assert result.blocks == 1 and result.units_evaluated == 10
     cache = BaselineCache(store)
     assert [u for u in pool if cache.get("base@1", u) is not None] == []
@@ -79,7 +79,7 @@ async def test_a_block_that_trips_the_guard_caches_nothing(store: Store) -> None
 async def test_candidate_infra_well_above_baseline_aborts(sqlite_store: Store) -> None:
     pool = units(20)
     base = table(pool, OK)
-    cand = table(pool, OK, **{u: ERROR for u in pool[:3]})  # 3/20 = .15 > 0 + .1
+    cand = table(pool, OK, **{u: ERROR for u in pool[:8]})  # 8 candidate-only INFRA units of 20
     result = await Gate(sqlite_store, block_size=20).run(
         "g1", pool, baseline=Arm("base@1", base), candidate=Arm("cand@1", cand), seed=3
     )

@@ -16,9 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -46,67 +43,15 @@ from trm_store.domain.diagnosis import QUESTION_DIAGNOSED, DiagnosesProjection
 from trm_store.projections import registered_projections
 
 from ..llm.conftest import ListSink
+from ..llm.private_redis import PrivateRedis, running_redis
 
 # -- Redis killed and restarted mid-run -------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
-class PrivateRedis:
-    """A throwaway `redis-server` (no persistence) this test may kill and restart at will."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.proc: subprocess.Popen[str] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-                "--loglevel",
-                "notice",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:  # blocks until the server says it is ready (no sleeping)
-            if "Ready to accept connections" in line:
-                return
-        raise RuntimeError(f"redis-server on port {self.port} did not start")
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
-        self.proc = None
-
-
 @pytest.fixture
 def private_redis() -> Iterator[PrivateRedis]:
-    server = PrivateRedis(_free_port())
-    server.start()
-    yield server
-    if server.proc is not None:
-        server.kill()
+    with running_redis() as server:
+        yield server
 
 
 class KillRedisDuringReply(SimulatedServer):

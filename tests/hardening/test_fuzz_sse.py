@@ -232,7 +232,10 @@ _noops = st.dictionaries(
     _any_text.filter(lambda k: k not in {"choices", "error", "object"}), _json_values, max_size=4
 ).map(lambda d: Event("noop", (_json(d),)))
 _errors = st.one_of(
-    _json_values.map(lambda v: Event("error", (b'{"error":' + _json(v) + b"}",))),
+    # {"error": null} is no error payload (issue 15.7): a chunk without choices, a no-op.
+    _json_values.map(
+        lambda v: Event("error" if v is not None else "noop", (b'{"error":' + _json(v) + b"}",))
+    ),
     _any_text.map(lambda m: Event("error", (b'{"object":"error","message":' + _json(m) + b"}",))),
     st.sampled_from(["error", "abort"]).map(
         lambda f: Event("error", _chunk([Choice(0, ("par",), "", "reasoning", f)]).data)
@@ -602,3 +605,145 @@ def test_client_returns_complete_answers_or_typed_errors_redis_cache(
     """The same property with the shared Redis cache."""
     outcome = _call(server, _reply(body, ending, 2), attempts, redis_cache)
     _check_call(body, ending, attempts, outcome)
+
+
+# -- hostile server behaviours through chat(), with a cache and the real store sink -----------
+# Issue 15.5/15.6: whatever the status, the headers and the payload values, chat() returns a
+# complete answer or raises an LLMError, and the call's one event is in the store.
+
+
+def _escaped(value: Any) -> bytes:
+    """JSON with every non-ASCII character escaped: lone UTF-16 halves travel as `\\udXXX`."""
+    return json.dumps(value).encode()
+
+
+_STATUSES = st.sampled_from([200] * 8 + [201, 204, 400, 401, 404, 429, 500, 503, 599, 600, 799])
+_CONTENT_TYPES = st.sampled_from(
+    ["text/event-stream"] * 4
+    + [
+        "Text/Event-Stream",
+        "text/event-stream; charset=utf-8",
+        "application/json",
+        "",
+        "text/plain",
+    ]
+)
+_ENCODINGS = st.sampled_from([None] * 4 + ["gzip", "deflate", "identity", "br", "x-unknown"])
+_HOSTILE_TEXT = st.one_of(
+    _any_text,
+    st.sampled_from(["\x00", "stop\x00", "x" * 300, "\ud83d", "\ude00", "\u2028", "\ufeff"]),
+)
+_HOSTILE_NUMBERS = st.sampled_from(
+    [b"NaN", b"Infinity", b"-Infinity", b"1e999", b"9223372036854775808", b"-1", b"1.5", b"0"]
+)
+
+
+@st.composite
+def _hostile_usage(draw: st.DrawFn) -> bytes:
+    fields = [
+        b'"' + name.encode() + b'":' + draw(_HOSTILE_NUMBERS)
+        for name in draw(st.sets(st.sampled_from(["prompt_tokens", "total_tokens", "x"])))
+    ]
+    if draw(st.booleans()):
+        fields.append(b'"note":' + _escaped(draw(_HOSTILE_TEXT)))
+    depth = draw(st.sampled_from([0, 0, 3, 5, 400]))
+    inner = b"{" + b",".join(fields) + b"}"
+    return b'{"d":' * depth + inner + b"}" * depth
+
+
+@st.composite
+def _hostile_payloads(draw: st.DrawFn) -> list[bytes]:
+    """The data payloads of one stream: content (surrogate halves, NUL), a finish, usage."""
+    payloads: list[bytes] = []
+    for text in draw(st.lists(_HOSTILE_TEXT, min_size=0, max_size=4)):
+        delta = b'{"content":' + _escaped(text) + b"}"
+        payloads.append(b'{"choices":[{"index":0,"delta":' + delta + b',"finish_reason":null}]}')
+    if draw(st.booleans()):
+        payloads.append(b'{"error":null,"choices":[]}')
+    finish = draw(st.sampled_from(["stop", "stop", "length", "error"]) | _HOSTILE_TEXT)
+    usage = b',"usage":' + draw(_hostile_usage()) if draw(st.booleans()) else b""
+    end = b'{"choices":[{"index":0,"delta":{},"finish_reason":' + _escaped(finish) + b"}]" + usage
+    payloads.append(end + b"}")
+    if draw(st.integers(0, 4)):
+        payloads.append(b"[DONE]")
+    return payloads
+
+
+@st.composite
+def hostile_replies(draw: st.DrawFn) -> Reply:
+    headers = [("Content-Type", draw(_CONTENT_TYPES))]
+    encoding = draw(_ENCODINGS)
+    if encoding is not None:
+        headers.append(("Content-Encoding", encoding))
+    body = b"\xef\xbb\xbf" if draw(st.booleans()) else b""
+    body += b"".join(b"data: " + p + b"\n\n" for p in draw(_hostile_payloads()))
+    cut = draw(st.integers(1, max(1, len(body))))
+    steps = (body[:cut], body[cut:]) if draw(st.booleans()) else (body,)
+    ending = draw(st.sampled_from(["complete", "complete", "complete", "drop"]))
+    return Reply(status=draw(_STATUSES), headers=tuple(headers), steps=steps, ending=ending)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, SqliteResponseCache]]:
+    from trm_llm.sink import StoreEventSink
+    from trm_store import open_store
+
+    root = tmp_path_factory.mktemp("fuzz-hostile")
+    with open_store(f"sqlite:///{root / 'trm.db'}") as store:
+        sink = StoreEventSink(store)
+        yield store, SqliteResponseCache(root / "cache.db", ttl_s=3600, sink=sink)
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(reply=hostile_replies(), attempts=st.integers(1, 2))
+def test_hostile_server_behaviours_give_answers_or_llm_errors_and_always_an_event(
+    server: Loopback, recorded: tuple[Any, SqliteResponseCache], reply: Reply, attempts: int
+) -> None:
+    from trm_llm.sink import StoreEventSink
+
+    store, cache = recorded
+    server.server.default = reply
+    label(f"status {reply.status}, {dict(reply.headers).get('Content-Encoding')}")
+
+    async def go() -> tuple[ChatResult | LLMError, ChatResult | None]:
+        messages = [{"role": "user", "content": uuid.uuid4().hex}]
+        async with GovernedLLMClient(
+            server.server.base_url,
+            MODEL,
+            cache=cache,
+            sink=StoreEventSink(store),
+            retry=RetryPolicy(max_attempts=attempts, base_delay_s=0.0, deadline_s=20.0),
+            sleep=_no_sleep,
+            first_token_timeout_s=5.0,
+            inter_token_timeout_s=5.0,
+        ) as client:
+            try:
+                result: ChatResult | LLMError = await client.chat(messages)
+            except LLMError as exc:  # anything else fails the test
+                return exc, None
+            again = await client.chat(messages) if result.finish_reason == "stop" else None
+            return result, again
+
+    head = store.head_position()
+    result, again = asyncio.run(go())
+    calls = [
+        e
+        for e in store.read_all(after_position=head)
+        if e.type in {"llm.call_completed", "llm.call_failed"}
+    ]
+    label("answer" if isinstance(result, ChatResult) else type(result).__name__)
+    if isinstance(result, ChatResult):
+        assert result.finish_reason not in {"error", "abort"}
+        assert calls[0].type == "llm.call_completed"
+        assert calls[0].data["call_id"] == result.call_id
+        if again is not None:  # a complete stop answer was cached, and is served whole
+            assert again.cached and again.content == result.content
+            assert len(calls) == 2
+        else:
+            assert len(calls) == 1
+    else:
+        assert [e.type for e in calls] == ["llm.call_failed"], "a failed call went unrecorded"

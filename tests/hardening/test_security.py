@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from redis.asyncio import Redis
 from sqlalchemy import create_engine, inspect, text
 
+from trm_llm.api_key import exception_chain
 from trm_llm.breaker import CircuitBreaker
 from trm_llm.cache import CachedResponse, build_cache_key, decode_entry
 from trm_llm.client import GovernedLLMClient
@@ -308,17 +309,7 @@ KEY = "sk-trm-SECRET-" + uuid.uuid4().hex
 
 def _messages_of(exc: BaseException) -> list[str]:
     """Every message and repr along the cause/context chain, `last_error` included."""
-    out: list[str] = []
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        current = todo.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        out += [str(current), repr(current), *map(str, current.args)]
-        todo += [current.__cause__, current.__context__, getattr(current, "last_error", None)]
-    return out
+    return [t for e in exception_chain(exc) for t in (str(e), repr(e), *map(str, e.args))]
 
 
 def _log_texts(records: list[logging.LogRecord]) -> list[str]:

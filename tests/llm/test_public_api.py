@@ -5,47 +5,44 @@ from __future__ import annotations
 import inspect
 
 import trm_llm
-from trm_llm import CircuitBreaker, GovernedLLMClient, RetryPolicy
-from trm_llm.errors import CircuitOpenError, FatalLLMError, LLMError, RetriesExhausted, SseAnomaly
+import trm_llm.cache
+import trm_llm.settings
+from trm_llm import CircuitBreaker, GovernedLLMClient, RetryPolicy, errors
 
 
-def test_exported_names() -> None:
-    assert set(trm_llm.__all__) == {
-        "CacheKeyError",
-        "CacheTTLError",
-        "CachedResponse",
-        "ChatResult",
-        "CircuitBreaker",
-        "CircuitOpenError",
-        "EventSink",
-        "FatalLLMError",
-        "GovernedLLMClient",
-        "LLMError",
-        "LLMProvider",
-        "LLMSettings",
-        "LLMSettingsError",
-        "RedisResponseCache",
-        "ResponseCache",
-        "RetriesExhausted",
-        "RetryPolicy",
-        "SqliteResponseCache",
-        "SseAnomaly",
-        "StoreEventSink",
-        "VisionLLMClient",
-        "build_cache_key",
-        "is_transient_error",
-        "resolve_cache_ttl",
+def test_exported_names_are_exactly_the_public_names() -> None:
+    public = {
+        name
+        for name, value in vars(trm_llm).items()
+        if not name.startswith("_") and not inspect.ismodule(value)
     }
-    assert all(hasattr(trm_llm, name) for name in trm_llm.__all__)
+    assert sorted(trm_llm.__all__) == sorted(public)
+    assert len(trm_llm.__all__) == len(set(trm_llm.__all__))
 
 
 def test_error_tree() -> None:
-    for cls in (SseAnomaly, FatalLLMError, CircuitOpenError, RetriesExhausted):
+    LLMError = errors.LLMError
+    for cls in (errors.SseAnomaly, errors.FatalLLMError, errors.CircuitOpenError):
         assert issubclass(cls, LLMError)
-    assert SseAnomaly("stall_first_token").reason == "stall_first_token"
-    assert FatalLLMError("x", status=401).status == 401
+    assert issubclass(errors.RetriesExhausted, LLMError)
+    # Issue 13: every public exception sits in the tree; the old ValueErrors stay ValueErrors.
+    classes = [v for v in vars(trm_llm).values() if isinstance(v, type)]
+    raised = [v for v in classes if issubclass(v, BaseException)]
+    assert {e.__name__ for e in raised if not issubclass(e, LLMError)} == set()
+    for name in ("CacheTTLError", "LLMSettingsError", "CacheKeyError", "APIKeyError"):
+        cls = getattr(errors, name)
+        assert issubclass(cls, errors.LLMConfigError) and issubclass(cls, ValueError)
+    assert issubclass(errors.LLMConfigError, LLMError)
+    assert issubclass(errors.CorruptEntryError, LLMError)
+    # The old import paths keep working.
+    assert trm_llm.cache.CacheKeyError is errors.CacheKeyError
+    assert trm_llm.settings.CacheTTLError is errors.CacheTTLError
+    assert trm_llm.settings.LLMSettingsError is errors.LLMSettingsError
+    assert trm_llm.cache.CorruptEntryError is errors.CorruptEntryError
+    assert errors.SseAnomaly("stall_first_token").reason == "stall_first_token"
+    assert errors.FatalLLMError("x", status=401).status == 401
     err = ValueError("inner")
-    assert RetriesExhausted(err, attempts=2, why="attempts").last_error is err
+    assert errors.RetriesExhausted(err, attempts=2, why="attempts").last_error is err
 
 
 def test_spec_signatures() -> None:

@@ -53,6 +53,7 @@ class _Call(DomainModel):
     cache_salt: str | None = Field(max_length=1000)
     latency_ms: _Ms
     attempts: list[Attempt]
+    sanitised: list[Annotated[str, Field(max_length=255)]] = Field(default=[], max_length=32)
 
 
 class CallCompleted(_Call):
