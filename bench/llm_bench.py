@@ -1,18 +1,25 @@
 """Overhead of the governed client, each figure a ratio against a reference run in the same process.
 
 1. Streaming: N completions of T tokens at concurrency C from the loopback simulated server
-   (in a subprocess, so it does not share this event loop), through `GovernedLLMClient` (cache,
-   breaker and sink off; SSE completeness and stall timers on) vs plain httpx + httpx-sse doing
-   the least a correct consumer does (parse each chunk, join content). Two references:
-   "plain" reads the body to its end after [DONE], as the OpenAI SDK and the governed client do,
-   so the connection goes back to the pool; "plain-break" stops at [DONE], which makes httpx
-   drop the connection (a new TCP connection per call). Target: governed / plain <= 1.15.
+   (in a subprocess, so it does not share this event loop), through `GovernedLLMClient` (cache
+   and breaker off; SSE completeness and stall timers on) vs plain httpx + httpx-sse doing the
+   least a correct consumer does (parse each chunk, join content). Two references: "plain" reads
+   the body to its end after [DONE], as the OpenAI SDK and the governed client do, so the
+   connection goes back to the pool; "plain-break" stops at [DONE], which makes httpx drop the
+   connection (a new TCP connection per call). The governed client runs without a sink, and
+   with `StoreEventSink` on SQLite (durability normal, and full: fsync per commit) and on
+   PostgreSQL (127.0.0.1, database test, a fresh schema), where each `chat()` returns once its
+   event is committed (checked at the end: every call is in its store). Each side also reports
+   the event loop's worst lag in a round (a 1 ms ticker's longest overshoot), median over the
+   rounds. Targets: governed (alone, and + sink on every backend) / plain <= 1.15 wall; the
+   loop's worst lag with a sink within 10 ms of the governed client's without one.
 2. Cache hit: `GovernedLLMClient.chat` served from `RedisResponseCache` (key build, GET, decode,
    event) and `RedisResponseCache.get` alone vs a raw redis-py GET of the same stored value.
    Target: cache.get / raw GET <= 1.5.
 
 Run: .venv/bin/python bench/llm_bench.py [--n 1000] [--tokens 50] [--concurrency 32]
-Needs Redis on 127.0.0.1:6379 for part 2 (skipped if unreachable). Not a test: it prints figures.
+Needs Redis on 127.0.0.1:6379 for part 2 and PostgreSQL on 127.0.0.1:5432 for its sink side
+(each skipped if unreachable). Not a test: it prints figures.
 """
 
 from __future__ import annotations
@@ -23,17 +30,23 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 
 import httpx
 from httpx_sse import aconnect_sse
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from trm_llm import GovernedLLMClient, RedisResponseCache
+from trm_llm import GovernedLLMClient, RedisResponseCache, StoreEventSink
 from trm_llm.cache import CachedResponse
+from trm_store import Store, open_store
+
+PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 MESSAGES = [{"role": "user", "content": "Count to fifty."}]
 TOKENS = 50
@@ -55,65 +68,162 @@ async def plain_call(http: httpx.AsyncClient, url: str, *, stop_at_done: bool = 
     return "".join(parts)
 
 
+class LagMeter:
+    """A task that asks to wake every millisecond and keeps the longest overshoot seen."""
+
+    def __init__(self) -> None:
+        self.worst_s = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _tick(self) -> None:
+        while True:
+            due = time.perf_counter() + 0.001
+            await asyncio.sleep(0.001)
+            self.worst_s = max(self.worst_s, time.perf_counter() - due)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+
+    async def stop(self) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
 async def run_many(
     n: int, concurrency: int, call: Callable[[], Awaitable[object]]
-) -> tuple[float, float]:
-    """Wall time and this process's CPU time of n calls with at most `concurrency` in flight."""
+) -> tuple[float, float, float]:
+    """Wall time, this process's CPU time and the loop's worst lag of n calls with at most
+    `concurrency` in flight."""
     gate = asyncio.Semaphore(concurrency)
 
     async def one() -> None:
         async with gate:
             await call()
 
+    lag = LagMeter()
+    lag.start()
     wall, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(one() for _ in range(n)))
-    return time.perf_counter() - wall, time.process_time() - cpu
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    await lag.stop()
+    return wall, cpu, lag.worst_s
+
+
+@contextmanager
+def pg_schema_url() -> Iterator[str | None]:
+    """A fresh PostgreSQL schema for the sink (dropped afterwards), or None if unreachable."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import OperationalError
+
+    schema = "bench_" + uuid.uuid4().hex[:12]
+    admin = create_engine(PG_URL)
+    try:
+        with admin.begin() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    except OperationalError as exc:
+        print(f"sink on PostgreSQL: skipped, unreachable ({type(exc).__name__})")
+        admin.dispose()
+        yield None
+        return
+    try:
+        yield f"{PG_URL}?options=-csearch_path%3D{schema}"
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+def sink_stores(stack: ExitStack, workdir: Path) -> dict[str, Store]:
+    """One store per sink side: SQLite normal, SQLite full, PostgreSQL (if reachable)."""
+    stores = {
+        "sink-sqlite-normal": open_store(f"sqlite:///{workdir / 'normal.db'}"),
+        "sink-sqlite-full": open_store(f"sqlite:///{workdir / 'full.db'}", durability="full"),
+    }
+    pg = stack.enter_context(pg_schema_url())
+    if pg is not None:
+        stores["sink-postgresql"] = open_store(pg)
+    for store in stores.values():
+        stack.callback(store.close)
+    return stores
+
+
+SIDES = (
+    ("plain", "plain httpx+httpx-sse, to EOF"),
+    ("plain-break", "plain, stop at [DONE]"),
+    ("governed", "GovernedLLMClient"),
+    ("sink-sqlite-normal", "+ sink, SQLite normal"),
+    ("sink-sqlite-full", "+ sink, SQLite full"),
+    ("sink-postgresql", "+ sink, PostgreSQL"),
+)
 
 
 async def streaming(base_url: str, n: int, tokens: int, concurrency: int, rounds: int) -> None:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     timeout = httpx.Timeout(30.0, read=None)
-    async with (  # one pool per side, as separate users would have
-        httpx.AsyncClient(limits=limits, timeout=timeout) as plain_http,
-        httpx.AsyncClient(limits=limits, timeout=timeout) as break_http,
-        httpx.AsyncClient(limits=limits, timeout=timeout) as governed_http,
-    ):
-        client = GovernedLLMClient(base_url, "sim", http=governed_http)
+    with ExitStack() as stack, tempfile.TemporaryDirectory() as workdir:
+        stores = sink_stores(stack, Path(workdir))
+        sinks = {name: StoreEventSink(store) for name, store in stores.items()}
+        # one pool per side, as separate users would have
+        pools = {name: httpx.AsyncClient(limits=limits, timeout=timeout) for name, _ in SIDES}
         url = f"{base_url}/chat/completions"
-        assert (await client.chat(MESSAGES)).content == await plain_call(plain_http, url)
-        calls: dict[str, Callable[[], Awaitable[object]]] = {
-            "plain": lambda: plain_call(plain_http, url),
-            "plain-break": lambda: plain_call(break_http, url, stop_at_done=True),
-            "governed": lambda: client.chat(MESSAGES),
+        clients = {
+            name: GovernedLLMClient(base_url, "sim", http=pools[name], sink=sinks.get(name))
+            for name in ("governed", *sinks)
         }
+        calls: dict[str, Callable[[], Awaitable[object]]] = {
+            "plain": lambda: plain_call(pools["plain"], url),
+            "plain-break": lambda: plain_call(pools["plain-break"], url, stop_at_done=True),
+        }
+        for name, client in clients.items():
+            calls[name] = lambda c=client: c.chat(MESSAGES)  # type: ignore[misc]
+        expected = await plain_call(pools["plain"], url)
+        for client in clients.values():
+            assert (await client.chat(MESSAGES)).content == expected
         walls: dict[str, list[float]] = {name: [] for name in calls}
         cpus: dict[str, list[float]] = {name: [] for name in calls}
+        lags: dict[str, list[float]] = {name: [] for name in calls}
         names = list(calls)
         for r in range(rounds):  # interleaved and rotated: drift and order hit every side alike
-            for name in names[r % 3 :] + names[: r % 3]:
-                wall, cpu = await run_many(n, concurrency, calls[name])
+            k = r % len(names)
+            for name in names[k:] + names[:k]:
+                wall, cpu, lag = await run_many(n, concurrency, calls[name])
                 walls[name].append(wall)
                 cpus[name].append(cpu)
+                lags[name].append(lag)
+        for sink in sinks.values():
+            await sink.aclose()
+        for pool in pools.values():
+            await pool.aclose()
+        for name, store in stores.items():  # every acknowledged call is in its store
+            recorded = len(store.read_stream("llm:sim"))
+            assert recorded == rounds * n + 1, (name, recorded)
     wall_m = {name: statistics.median(values) for name, values in walls.items()}
     cpu_m = {name: statistics.median(values) for name, values in cpus.items()}
+    lag_m = {name: statistics.median(values) * 1000 for name, values in lags.items()}
+    lag_max = {name: max(values) * 1000 for name, values in lags.items()}
     print(
         f"streaming: {n} completions of {tokens} tokens, concurrency {concurrency}, "
-        f"median of {rounds} interleaved rounds (client CPU = this process only)"
+        f"median of {rounds} interleaved rounds (client CPU = this process only; loop lag = "
+        "the worst of a round, median and max over the rounds)"
     )
-    for name, label in (
-        ("plain", "plain httpx+httpx-sse, to EOF"),
-        ("plain-break", "plain, stop at [DONE]"),
-        ("governed", "GovernedLLMClient"),
-    ):
-        print(
-            f"  {label:30s} wall {wall_m[name]:7.3f} s ({n / wall_m[name]:6.1f} calls/s)"
-            f"  client CPU {cpu_m[name]:7.3f} s"
-        )
-    for ref in ("plain", "plain-break"):
-        print(
-            f"  governed / {ref:12s} wall {wall_m['governed'] / wall_m[ref]:.3f}"
-            f"  client CPU {cpu_m['governed'] / cpu_m[ref]:.3f}   (target <= 1.15)"
-        )
+    for name, label in SIDES:
+        if name in wall_m:
+            print(
+                f"  {label:30s} wall {wall_m[name]:7.3f} s ({n / wall_m[name]:6.1f} calls/s)"
+                f"  client CPU {cpu_m[name]:7.3f} s"
+                f"  loop lag {lag_m[name]:6.1f} ms (max {lag_max[name]:6.1f})"
+            )
+    for name in ("governed", *sinks):
+        for ref in ("plain", "plain-break"):
+            target = "   (target <= 1.15)" if ref == "plain" else ""
+            print(
+                f"  {name:18s} / {ref:12s} wall {wall_m[name] / wall_m[ref]:.3f}"
+                f"  client CPU {cpu_m[name] / cpu_m[ref]:.3f}{target}"
+            )
+    for name in sinks:
+        extra = lag_m[name] - lag_m["governed"]
+        print(f"  {name:18s} loop lag - governed's: {extra:+.1f} ms   (target <= +10 ms)")
 
 
 async def per_call_us(n: int, call: Callable[[], Awaitable[object]]) -> tuple[float, float]:

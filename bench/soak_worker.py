@@ -63,9 +63,9 @@ class AuditedBreaker(CircuitBreaker):
         super().__init__(**kwargs)
         self._audit = audit
 
-    def admit(self, source: str, now: float) -> Admission:
+    async def aadmit(self, source: str, now: float) -> Admission:
         t0 = time.time()
-        admission = super().admit(source, now)
+        admission = await super().aadmit(source, now)
         if admission.probe_token is not None:
             new_window = admission.transition is not None  # open -> half_open
             self._audit.write(
@@ -79,17 +79,22 @@ class AuditedBreaker(CircuitBreaker):
             )
         return admission
 
-    def record_failure(self, source: str, now: float) -> Transition | None:
+    async def arecord_failure(
+        self, source: str, now: float, *, admission: Admission | None = None
+    ) -> Transition | None:
         t0 = time.time()
-        return self._exit(super().record_failure(source, now), t0)
+        return self._exit(await super().arecord_failure(source, now, admission=admission), t0)
 
-    def record_success(self, source: str) -> Transition | None:
+    async def arecord_success(
+        self, source: str, *, now: float | None = None, admission: Admission | None = None
+    ) -> Transition | None:
         t0 = time.time()
-        return self._exit(super().record_success(source), t0)
+        transition = await super().arecord_success(source, now=now, admission=admission)
+        return self._exit(transition, t0)
 
-    def release_probe(self, source: str, token: str) -> None:
+    async def arelease_probe(self, source: str, token: str) -> None:
         self._audit.write({"k": "release", "tok": token, "t": time.time()})
-        super().release_probe(source, token)
+        await super().arelease_probe(source, token)
 
     def _exit(self, transition: Transition | None, t0: float) -> Transition | None:
         if transition is not None and transition.from_state == "half_open":

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
+from tests.llm.private_redis import PrivateRedis, running_redis
+
 PG_URL = os.environ.get("TRM_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 
@@ -44,3 +46,10 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield f"sqlite:///{tmp_path / 'trm.db'}"
     else:
         yield from _pg_schema_url()
+
+
+@pytest.fixture
+def private_redis() -> Iterator[PrivateRedis]:
+    """A redis-server of this test's own, on another port: it may be frozen, killed, restarted."""
+    with running_redis() as server:
+        yield server

@@ -7,6 +7,9 @@ LLMError                      base of every error trm_llm raises on purpose
 │                             exhausted, wrong content type, unsupported protocol, a body
 │                             that cannot be decoded); not held against the breaker
 ├── CircuitOpenError          the breaker rejected the call; nothing was sent
+├── EventSinkError            the store sink could not commit an event (the store failed or
+│                             refused it; the cause is chained): `chat()` raises it rather than
+│                             return an answer whose event is not recorded
 ├── RetriesExhausted          transient failures until attempts or the deadline ran out, or
 │       (.last_error, .why)   until they opened the breaker (why: attempts|deadline|circuit_open)
 ├── CorruptEntryError(.reason) a stored cache entry could not be decoded (caches turn it into a
@@ -35,6 +38,7 @@ __all__ = [
     "CacheTTLError",
     "CircuitOpenError",
     "CorruptEntryError",
+    "EventSinkError",
     "FatalLLMError",
     "LLMConfigError",
     "LLMError",
@@ -84,6 +88,10 @@ class CircuitOpenError(LLMError):
     def __init__(self, source: str) -> None:
         self.source = source
         super().__init__(f"circuit open for source {source!r}; call not sent")
+
+
+class EventSinkError(LLMError):
+    """An event could not be committed to the store; `__cause__` is the store's error."""
 
 
 class RetriesExhausted(LLMError):

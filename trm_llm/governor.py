@@ -23,7 +23,14 @@ import httpx
 from trm_llm.api_key import scrub_exception
 from trm_llm.breaker import Admission, CircuitBreaker, Transition
 from trm_llm.cache import CachedResponse, ResponseCache
-from trm_llm.errors import CircuitOpenError, FatalLLMError, LLMError, RetriesExhausted, SseAnomaly
+from trm_llm.errors import (
+    CircuitOpenError,
+    EventSinkError,
+    FatalLLMError,
+    LLMError,
+    RetriesExhausted,
+    SseAnomaly,
+)
 from trm_llm.protocols import ChatResult, EventSink
 from trm_llm.retry import GiveUp, RetryPolicy, Sleep, is_transient_error, retry_after_of
 from trm_llm.sanitise import clean_event, clean_usage
@@ -78,14 +85,16 @@ class Governor:
         """One governed call (see the module docstring)."""
         return await _Call(self, messages, params, parent_call_id, cache_salt).run()
 
-    def report(self, event_type: str, data: Mapping[str, Any]) -> None:
-        """Emit to the sink; a failing sink is logged, never allowed to fail the call."""
+    def report(self, event_type: str, data: Mapping[str, Any]) -> Awaitable[None] | None:
+        """Emit to the sink; a failing emit is logged, never allowed to fail the call. Returns
+        what the sink returned: an awaitable that completes when the event is committed."""
         if self.sink is None:
-            return
+            return None
         try:
-            self.sink.emit(self.source, event_type, data)
+            return self.sink.emit(self.source, event_type, data)
         except Exception:
             logger.exception("event sink failed to record %s for %s", event_type, self.source)
+            return None
 
 
 class _Call:
@@ -110,6 +119,7 @@ class _Call:
         self.last_error: Exception | None = None
         self.notes: list[str] = []  # what was sanitised, for the call's event
         self.answer: tuple[StreamResult, StreamTiming] | None = None  # complete, not reported
+        self.receipts: list[Awaitable[None]] = []  # its events, until committed
         self.base: dict[str, Any] = {
             "call_id": self.call_id,
             "parent_call_id": parent_call_id,
@@ -121,6 +131,32 @@ class _Call:
         }
 
     async def run(self) -> ChatResult:
+        """The call, returning (or raising) only once its events are committed."""
+        try:
+            result = await self._bounded()
+        except Exception:
+            await self._committed(raise_error=False)  # the call's own error goes first
+            raise
+        await self._committed(raise_error=True)
+        return result
+
+    async def _committed(self, *, raise_error: bool) -> None:
+        for receipt in self.receipts:
+            try:
+                await receipt
+            except Exception as exc:
+                if raise_error:
+                    if isinstance(exc, EventSinkError):
+                        raise
+                    raise EventSinkError(f"the sink failed: {type(exc).__name__}") from exc
+                logger.exception("the event of call %s was not committed", self.call_id)
+
+    def _report(self, event_type: str, data: Mapping[str, Any]) -> None:
+        receipt = self.g.report(event_type, data)
+        if receipt is not None:
+            self.receipts.append(receipt)
+
+    async def _bounded(self) -> ChatResult:
         """The governed call under one asyncio timeout of `deadline_s`: every cache operation,
         attempt and backoff sleep, whatever the server sends."""
         try:
@@ -151,7 +187,7 @@ class _Call:
                 return self._hit(hit)
             start_clock = g.clock()
             while True:
-                admission = self._admit()
+                admission = await self._admit()
                 if not admission.allowed:
                     raise self._circuit_open()
                 attempt = _Attempt(len(self.attempts) + 1)
@@ -164,7 +200,7 @@ class _Call:
                     self.last_error = exc
                     attempt.latency_ms, attempt.status = _ms(t0), timing.status
                     attempt.reason, attempt.tokens_discarded = _reason(exc), timing.text_events
-                    decision = self._judge(exc, admission, start_clock)
+                    decision = await self._judge(exc, admission, start_clock)
                     if isinstance(decision, GiveUp):
                         raise self._give_up(exc, decision) from exc
                     attempt.outcome, attempt.sleep_s = "retry", decision.delay_s
@@ -172,10 +208,12 @@ class _Call:
                     continue
                 except BaseException:
                     attempt.latency_ms, attempt.reason = _ms(t0), "cancelled"
-                    self._release(admission)  # nothing was learned about the provider
+                    await self._release(admission)  # nothing was learned about the provider
                     raise
                 attempt.outcome, attempt.latency_ms, attempt.status = "ok", _ms(t0), timing.status
-                self._breaker_event(g.breaker.record_success(g.source) if g.breaker else None)
+                if g.breaker is not None:
+                    success = g.breaker.arecord_success
+                    self._breaker_event(await success(g.source, now=g.clock(), admission=admission))
                 return await self._complete(result, timing, key)
         except BaseException as exc:  # cancelled, or a bug: still exactly one event per call
             scrub_exception(exc, g.redact)
@@ -190,26 +228,29 @@ class _Call:
                 raise FatalLLMError(f"unexpected {type(exc).__name__}: {detail}") from exc
             raise
 
-    def _admit(self) -> Admission:
+    async def _admit(self) -> Admission:
         breaker = self.g.breaker
         if breaker is None:
             return Admission(True)
-        admission = breaker.admit(self.g.source, self.g.clock())
+        admission = await breaker.aadmit(self.g.source, self.g.clock())
         self._breaker_event(admission.transition)
         return admission
 
-    def _release(self, admission: Admission) -> None:
+    async def _release(self, admission: Admission) -> None:
         if self.g.breaker is not None and admission.probe_token is not None:
-            self.g.breaker.release_probe(self.g.source, admission.probe_token)
+            await self.g.breaker.arelease_probe(self.g.source, admission.probe_token)
 
-    def _judge(self, exc: Exception, admission: Admission, start_clock: float) -> Sleep | GiveUp:
+    async def _judge(
+        self, exc: Exception, admission: Admission, start_clock: float
+    ) -> Sleep | GiveUp:
         """Tell the breaker what happened, then ask the retry policy what to do."""
         g = self.g
         now = g.clock()
         if is_transient_error(exc) and g.breaker is not None:
-            self._breaker_event(g.breaker.record_failure(g.source, now))
+            failure = g.breaker.arecord_failure
+            self._breaker_event(await failure(g.source, now, admission=admission))
         else:
-            self._release(admission)
+            await self._release(admission)
         return g.retry.decide(
             attempt=len(self.attempts),
             error=exc,
@@ -268,7 +309,7 @@ class _Call:
             "status": status,
             "detail": detail[:300],
         }
-        self.g.report("call_failed", clean_event(payload, self.notes))
+        self._report("call_failed", clean_event(payload, self.notes))
 
     def _hit(self, hit: CachedResponse) -> ChatResult:
         self.base["cache"] = "hit"
@@ -337,12 +378,12 @@ class _Call:
             "latency_ms": _ms(self.started),
             "attempts": [asdict(a) for a in self.attempts],
         }
-        self.g.report("call_completed", clean_event(payload, self.notes))
+        self._report("call_completed", clean_event(payload, self.notes))
 
     def _breaker_event(self, transition: Transition | None) -> None:
         if transition is None:
             return
-        self.g.report(
+        self._report(
             "breaker_changed",
             {
                 "from_state": transition.from_state,

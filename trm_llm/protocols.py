@@ -8,7 +8,7 @@ trm_store, tests pass a list-backed sink, and `None` means "report nowhere".
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -34,9 +34,15 @@ class ChatResult:
 
 @runtime_checkable
 class EventSink(Protocol):
-    """Receives one event; must not raise for a well-formed event (report, don't crash)."""
+    """Receives one event; must not raise for a well-formed event (report, don't crash).
 
-    def emit(self, source: str, event_type: str, data: Mapping[str, Any]) -> None: ...
+    A sink that writes later (`StoreEventSink` on an event loop) returns an awaitable that
+    completes once the event is committed; the governed client awaits it before `chat()`
+    returns. A sink that is done when `emit` returns returns None."""
+
+    def emit(
+        self, source: str, event_type: str, data: Mapping[str, Any]
+    ) -> Awaitable[None] | None: ...
 
 
 @runtime_checkable

@@ -1,4 +1,14 @@
-"""`StoreEventSink`: the governed client's events, appended to the trm_store event log.
+"""`StoreEventSink`: the governed client's events, appended to the trm_store log off the loop.
+
+Group commit: events emitted on an event loop are queued and written by one writer thread
+(`trm_llm.group_commit`): all events queued while a batch is written (or within `linger_s` of
+the batch's first event) go into the next `store.append_batch`, one transaction. The governed
+client awaits its call's events, so `chat()` returns only once they are committed, and raises
+`EventSinkError` if the store failed. Emitted from a thread without a loop, `emit` blocks until
+its event is committed (a store error is raised as the store raised it). An event the store
+refuses (validation) fails alone: the batch is then written event by event. `flush()` waits for
+everything emitted so far; `close()` / `aclose()` flush and stop the writer (at exit it flushes
+by itself). `trm_store` is imported on first use, so `import trm_llm` loads no database library.
 
 Each event goes to stream `llm:{source}` (source = the client's `source`, by default its model
 name; cache events use source "cache"). The payloads, exactly as the client emits them
@@ -55,21 +65,103 @@ No payload ever holds the API key or a request header.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import logging
+from collections.abc import Awaitable, Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
-from trm_store import NewEvent, Store
+from trm_llm.errors import EventSinkError
+from trm_llm.group_commit import GroupCommitter
+
+if TYPE_CHECKING:
+    from trm_store import NewEvent, Store
 
 __all__ = ["StoreEventSink"]
 
+logger = logging.getLogger("trm_llm.sink")
+_Event = tuple[str, "NewEvent"]  # (stream id, event)
+
 
 class StoreEventSink:
-    """An `EventSink` that appends one event per `emit` to stream `llm:{source}`, its type
-    prefixed like every stored type (`call_completed` is stored as `llm.call_completed`)."""
+    """An `EventSink` that appends each event to stream `llm:{source}`, its type prefixed like
+    every stored type (`call_completed` is stored as `llm.call_completed`)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_pending: int = 4096,
+        max_batch: int = 512,
+        linger_s: float = 0.002,
+    ) -> None:
         self._store = store
+        self._writer: GroupCommitter[_Event] = GroupCommitter(
+            self._write,
+            max_pending=max_pending,
+            max_batch=max_batch,
+            linger_s=linger_s,
+            name="trm-llm-sink",
+        )
 
-    def emit(self, source: str, event_type: str, data: Mapping[str, Any]) -> None:
-        """Append now (synchronously); store errors propagate to the caller, which logs them."""
-        self._store.append(f"llm:{source}", [NewEvent(f"llm.{event_type}", dict(data))])
+    def emit(self, source: str, event_type: str, data: Mapping[str, Any]) -> Awaitable[None] | None:
+        """Queue the event. On an event loop: returns at once, with an awaitable that completes
+        when it is committed (or raises `EventSinkError`). Elsewhere: returns once committed, or
+        raises the store's error (`EventValidationError`, `StoreError`) as `append` would."""
+        from trm_store import NewEvent
+
+        receipt = self._writer.submit((f"llm:{source}", NewEvent(f"llm.{event_type}", dict(data))))
+        if isinstance(receipt, Awaitable):
+            return receipt
+        error = receipt.exception()
+        if error is not None:  # outside a loop the store's own typed error, as from an append
+            raise error.__cause__ or error
+        return None
+
+    async def flush(self) -> None:
+        """Wait until every event emitted so far is committed or has failed."""
+        await self._writer.flush()
+
+    def close(self) -> None:
+        """Flush and stop the writer thread (blocking: for threads and scripts)."""
+        self._writer.close()
+
+    async def aclose(self) -> None:
+        """Flush and stop the writer thread without blocking the loop."""
+        await self._writer.aclose()
+
+    async def __aenter__(self) -> StoreEventSink:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def _write(self, events: Sequence[_Event]) -> list[BaseException | None]:
+        """One transaction for the batch; if the store refuses an event, one per event."""
+        from trm_store import EventValidationError
+
+        by_stream: dict[str, list[NewEvent]] = {}
+        for stream, event in events:
+            by_stream.setdefault(stream, []).append(event)
+        try:
+            self._store.append_batch([(s, evs, None) for s, evs in by_stream.items()])
+        except EventValidationError as exc:
+            if len(events) == 1:
+                return [_failed(events[0], exc)]
+            return [self._write([event])[0] for event in events]
+        except Exception as exc:
+            return [_failed(event, exc) for event in events]
+        return [None] * len(events)
+
+
+def _failed(event: _Event, cause: Exception) -> EventSinkError:
+    """The typed error for one event the store did not take, the store's error chained."""
+    stream, new = event
+    logger.error("the store sink could not commit %s to %s: %s", new.type, stream, cause)
+    error = EventSinkError(f"{new.type} not committed to {stream}: {type(cause).__name__}: {cause}")
+    error.__cause__ = cause
+    return error

@@ -17,7 +17,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,15 +43,9 @@ from trm_store.domain.diagnosis import QUESTION_DIAGNOSED, DiagnosesProjection
 from trm_store.projections import registered_projections
 
 from ..llm.conftest import ListSink
-from ..llm.private_redis import PrivateRedis, running_redis
+from ..llm.private_redis import PrivateRedis
 
 # -- Redis killed and restarted mid-run -------------------------------------------------------
-
-
-@pytest.fixture
-def private_redis() -> Iterator[PrivateRedis]:
-    with running_redis() as server:
-        yield server
 
 
 class KillRedisDuringReply(SimulatedServer):

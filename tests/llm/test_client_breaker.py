@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
 from trm_llm.breaker import CircuitBreaker
 from trm_llm.errors import CircuitOpenError, FatalLLMError, RetriesExhausted
 from trm_llm.retry import RetryPolicy
-from trm_llm.simulated_server import SimulatedServer, normal, stall, status
+from trm_llm.simulated_server import SimulatedServer, cut, normal, stall, status
 
 from .conftest import USER, ClientFactory, FakeClock, ListSink
 
@@ -97,3 +98,56 @@ async def test_fatal_4xx_counts_neither_way(
         await client.chat(USER)  # the probe: a 401 says nothing about recovery...
     assert breaker.snapshot("sim", 10.0).state == "half_open"  # ...so it is not a success
     assert (await client.chat(USER)).content == "Hello, world"  # and the lease was released
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.005)
+
+
+async def test_late_failure_of_an_older_call_keeps_the_one_probe(
+    server: SimulatedServer, make_client: ClientFactory, sink: ListSink
+) -> None:
+    # Issue 15 point 8a: a call admitted while closed fails during the probe; it must neither
+    # reopen the breaker nor free the probe's lease (no second probe while the first flies).
+    clock = FakeClock(0.0)
+    breaker = CircuitBreaker(fail_threshold=1, cooldown_s=10.0, probe_timeout_s=600.0)
+    client = make_client(breaker=breaker, clock=clock, retry=RetryPolicy(max_attempts=1))
+    server.script(stall(0.4, then=cut(after=1)), status(500), normal(["pro", "be"], delay_s=0.5))
+    older = asyncio.create_task(client.chat(USER))
+    await _until(lambda: server.request_count == 1)
+    with pytest.raises(RetriesExhausted):
+        await client.chat(USER)  # opens the breaker
+    clock.now = 10.0
+    probe = asyncio.create_task(client.chat(USER))
+    await _until(lambda: server.request_count == 3)
+    with pytest.raises(RetriesExhausted):
+        await older  # fails late, while the probe is in flight
+    clock.now = 20.0  # past any cooldown the late failure could have started
+    with pytest.raises(CircuitOpenError):
+        await client.chat(USER)
+    assert server.request_count == 3
+    assert (await probe).content == "probe"
+    assert breaker.snapshot("sim", 20.0).state == "closed"
+    changes = [(e["from_state"], e["to_state"]) for e in sink.of("breaker_changed")]
+    assert changes == [("closed", "open"), ("open", "half_open"), ("half_open", "closed")]
+
+
+async def test_late_success_of_an_older_call_does_not_close_an_open_breaker(
+    server: SimulatedServer, make_client: ClientFactory, sink: ListSink
+) -> None:
+    # Issue 15 point 8b: open -> closed only through half-open.
+    clock = FakeClock(0.0)
+    breaker = CircuitBreaker(fail_threshold=1, cooldown_s=10.0)
+    client = make_client(breaker=breaker, clock=clock, retry=RetryPolicy(max_attempts=1))
+    server.script(normal(["late"], delay_s=0.2), status(500))
+    older = asyncio.create_task(client.chat(USER))
+    await _until(lambda: server.request_count == 1)
+    with pytest.raises(RetriesExhausted):
+        await client.chat(USER)
+    assert (await older).content == "late"  # the answer is still the caller's
+    assert breaker.snapshot("sim", 1.0).state == "open"
+    with pytest.raises(CircuitOpenError):
+        await client.chat(USER)
+    changes = [(e["from_state"], e["to_state"]) for e in sink.of("breaker_changed")]
+    assert changes == [("closed", "open")]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -21,15 +21,9 @@ from trm_llm import GovernedLLMClient, LLMSettings, RedisResponseCache, RetryPol
 from trm_llm.simulated_server import SimulatedServer, normal
 
 from .conftest import ListSink
-from .private_redis import PrivateRedis, running_redis
+from .private_redis import PrivateRedis
 
 GUARD_S = 30.0
-
-
-@pytest.fixture
-def private_redis() -> Iterator[PrivateRedis]:
-    with running_redis() as server:
-        yield server
 
 
 @pytest.fixture

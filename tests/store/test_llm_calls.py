@@ -215,6 +215,7 @@ async def test_cache_problems_from_a_real_cache(store: Store, tmp_path: Path) ->
     assert (
         await broken.set(KEY, CachedResponse(content="x", finish_reason="stop", model="m")) is False
     )
+    await sink.flush()  # the cache emits on the loop: its event is written off it
     [problem] = cache_problems(store)
     assert (problem["kind"], problem["backend"], problem["key"]) == (
         "cache_write_failed",

@@ -17,6 +17,8 @@ from trm_store.events import register_event_type
 
 __all__ = [
     "BREAKER_CHANGED",
+    "BREAKER_DEGRADED",
+    "BREAKER_RESTORED",
     "CACHE_CORRUPT",
     "CACHE_EVENTS",
     "CACHE_READ_FAILED",
@@ -81,6 +83,14 @@ class BreakerChanged(DomainModel):
     call_id: _Short | None
 
 
+class BreakerSharedState(DomainModel):
+    """The Redis-shared breaker lost (`breaker_degraded`) or regained (`breaker_restored`) Redis."""
+
+    backend: Literal["redis"]
+    namespace: _Short
+    detail: str = Field(max_length=1000)
+
+
 class _CacheProblem(DomainModel):
     backend: str = Field(min_length=1, max_length=32)
     namespace: _Short
@@ -99,12 +109,16 @@ class CacheIOFailed(_CacheProblem):
 CALL_COMPLETED = "llm.call_completed"
 CALL_FAILED = "llm.call_failed"
 BREAKER_CHANGED = "llm.breaker_changed"
+BREAKER_DEGRADED = "llm.breaker_degraded"
+BREAKER_RESTORED = "llm.breaker_restored"
 CACHE_CORRUPT = "llm.cache_corrupt"
 CACHE_READ_FAILED = "llm.cache_read_failed"
 CACHE_WRITE_FAILED = "llm.cache_write_failed"
 register_event_type(CALL_COMPLETED, CallCompleted)
 register_event_type(CALL_FAILED, CallFailed)
 register_event_type(BREAKER_CHANGED, BreakerChanged)
+register_event_type(BREAKER_DEGRADED, BreakerSharedState)
+register_event_type(BREAKER_RESTORED, BreakerSharedState)
 register_event_type(CACHE_CORRUPT, CacheCorrupt)
 register_event_type(CACHE_READ_FAILED, CacheIOFailed)
 register_event_type(CACHE_WRITE_FAILED, CacheIOFailed)
