@@ -1,13 +1,12 @@
 """The SPEC's layout: `trm_store.cli -> {trm_llm, trm_gate} -> trm_store`, checked over every
-import of every module (lazy ones inside functions and `importlib.import_module("...")` too); and
-generated docs in sync."""
+import of every module (lazy ones inside functions and `importlib.import_module("...")` too).
+The generated docs are kept in sync by tests/test_docs.py."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.imports import ROOT, imported_modules, module_imports, reaches
-from trm_llm.settings_doc import env_example
 
 COMPOSITION_ROOT = "trm_store/cli/"
 """The one folder of trm_store that may wire the packages together."""
@@ -61,17 +60,3 @@ def lazy():
     assert {"trm_gate.step", "trm_store.cli", "trm_llm", "trm_store.cli.demo"} <= found
     assert {"trm_store.core.sibling", "trm_store.domain.gates"} <= found
     assert reaches(found, "trm_store.cli") and not reaches({"trm_store.client"}, "trm_store.cli")
-
-
-def test_env_example_is_generated_from_llm_settings() -> None:
-    assert (ROOT / ".env.example").read_text() == env_example()
-
-
-def test_readme_settings_table_is_generated_from_llm_settings() -> None:
-    from trm_llm.settings_doc import markdown_table
-
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("<!-- settings-table")
-    start = readme.index("\n", start) + 1
-    end = readme.index("<!-- /settings-table -->")
-    assert readme[start:end] == markdown_table()
