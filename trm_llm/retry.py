@@ -35,7 +35,7 @@ _QUOTA = re.compile(r"insufficient_quota|quota[ _]?(exceeded|exhausted)|exceeded
 
 
 def is_transient_error(exc: BaseException) -> bool:
-    """True if retrying the same request may succeed (see the README's failure table)."""
+    """True if retrying the same request may succeed (see the failure table in docs/llm.md)."""
     if isinstance(exc, SseAnomaly):
         return True
     if isinstance(exc, httpx.HTTPStatusError):

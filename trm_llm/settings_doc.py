@@ -1,5 +1,5 @@
-"""`LLMSettings` documented from its own fields, so `.env.example` and the README table can never
-drift from the code: `python -m trm_llm.settings_doc env` (or `markdown`).
+"""`LLMSettings` documented from its own fields, so `.env.example` and the settings table in
+docs/llm.md can never drift from the code: `python -m trm_llm.settings_doc env` (or `markdown`).
 """
 
 from __future__ import annotations

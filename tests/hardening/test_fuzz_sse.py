@@ -692,6 +692,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Sq
     with open_store(f"sqlite:///{root / 'trm.db'}") as store:
         sink = StoreEventSink(store)
         yield store, SqliteResponseCache(root / "cache.db", ttl_s=3600, sink=sink)
+        sink.close()
 
 
 @settings(
@@ -711,16 +712,20 @@ def test_hostile_server_behaviours_give_answers_or_llm_errors_and_always_an_even
 
     async def go() -> tuple[ChatResult | LLMError, ChatResult | None]:
         messages = [{"role": "user", "content": uuid.uuid4().hex}]
-        async with GovernedLLMClient(
-            server.server.base_url,
-            MODEL,
-            cache=cache,
-            sink=StoreEventSink(store),
-            retry=RetryPolicy(max_attempts=attempts, base_delay_s=0.0, deadline_s=20.0),
-            sleep=_no_sleep,
-            first_token_timeout_s=5.0,
-            inter_token_timeout_s=5.0,
-        ) as client:
+        # Each example's sink is closed: its writer thread ends and gives its connection back.
+        async with (
+            StoreEventSink(store) as sink,
+            GovernedLLMClient(
+                server.server.base_url,
+                MODEL,
+                cache=cache,
+                sink=sink,
+                retry=RetryPolicy(max_attempts=attempts, base_delay_s=0.0, deadline_s=20.0),
+                sleep=_no_sleep,
+                first_token_timeout_s=5.0,
+                inter_token_timeout_s=5.0,
+            ) as client,
+        ):
             try:
                 result: ChatResult | LLMError = await client.chat(messages)
             except LLMError as exc:  # anything else fails the test

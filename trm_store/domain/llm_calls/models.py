@@ -1,7 +1,7 @@
 """The LLM calls' event models: what `trm_llm.StoreEventSink` appends on `llm:{source}`.
 
-`GovernedLLMClient` and the response caches emit these payloads (drawn in the docstring of
-`trm_llm/sink.py`); each has a strict model here, so a payload that drifts from it (or carries
+`GovernedLLMClient` and the response caches emit these payloads (the models below are their
+one drawing); each has a strict model here, so a payload that drifts from it (or carries
 anything extra, such as a header) is refused before it is written. The type names are the ones
 the sink appends, unprefixed.
 """
