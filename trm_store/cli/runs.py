@@ -21,9 +21,9 @@ from rich.table import Table
 from trm_store.bootstrap import open_store
 from trm_store.cli.common import report_console
 from trm_store.cli.staleness import (
+    add_stale_options,
     age_text,
     print_stale_summary,
-    seconds_arg,
     status_text,
     time_text,
 )
@@ -46,18 +46,7 @@ def add_parser(commands: Any) -> None:
         "flagged stale (its process is presumed dead); --mark-stale records it as failed "
         "(reason `stale`). Read-only unless --mark-stale.",
     )
-    parser.add_argument("--db", help="store URL (default: $TRM_STORE_URL, then sqlite:///trm.db)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument(
-        "--stale-after",
-        type=seconds_arg,
-        default=DEFAULT_STALE_AFTER_S,
-        metavar="SECONDS",
-        help="a running run silent this long is stale (default: %(default)g)",
-    )
-    parser.add_argument(
-        "--mark-stale", action="store_true", help="record the stale runs as failed (writes)"
-    )
+    add_stale_options(parser, "run", DEFAULT_STALE_AFTER_S)
     parser.add_argument(
         "--fail", metavar="RUN_ID", help="record this running run as failed (reason `operator`)"
     )

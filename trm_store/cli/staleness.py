@@ -10,7 +10,14 @@ from datetime import datetime
 
 from rich.console import Console
 
-__all__ = ["age_text", "print_stale_summary", "seconds_arg", "status_text", "time_text"]
+__all__ = [
+    "add_stale_options",
+    "age_text",
+    "print_stale_summary",
+    "seconds_arg",
+    "status_text",
+    "time_text",
+]
 
 
 def seconds_arg(text: str) -> float:
@@ -22,6 +29,23 @@ def seconds_arg(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
     return value
+
+
+def add_stale_options(parser: argparse.ArgumentParser, noun: str, default_s: float) -> None:
+    """The options `trm {noun}s` shares with its sibling: --db, --json, --stale-after SECONDS
+    (default `default_s`) and --mark-stale."""
+    parser.add_argument("--db", help="store URL (default: $TRM_STORE_URL, then sqlite:///trm.db)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--stale-after",
+        type=seconds_arg,
+        default=default_s,
+        metavar="SECONDS",
+        help=f"a running {noun} silent this long is stale (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--mark-stale", action="store_true", help=f"record the stale {noun}s as failed (writes)"
+    )
 
 
 def age_text(seconds: float | None) -> str:
