@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from tests.llm.private_redis import PrivateRedis, running_redis
+from trm_store import Store, open_store
 
 PG_URL = os.environ.get("TRM_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -46,6 +47,13 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield f"sqlite:///{tmp_path / 'trm.db'}"
     else:
         yield from _pg_schema_url()
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    """A store on each backend with every registered projection (tests/store overrides it)."""
+    with open_store(store_url) as s:
+        yield s
 
 
 @pytest.fixture

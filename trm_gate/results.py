@@ -4,14 +4,8 @@ The stop_reason set is closed on purpose: an unknown reason is an error, because
 treating, say, a new provider failure code as a normal answer would score infrastructure as a
 model failure and could freeze it into the baseline cache.
 
-| stop_reason      | meaning                                                    | INFRA |
-|------------------|------------------------------------------------------------|-------|
-| `stop`           | the model finished its answer                              | no    |
-| `length`         | the answer hit the token limit (the model's own failure)   | no    |
-| `content_filter` | the provider filtered the answer (a property of the model) | no    |
-| `tool_calls`     | the model ended its turn with tool calls                   | no    |
-| `error`          | the call failed for good (retries exhausted, fatal error)  | yes   |
-| `parse_error`    | the harness could not parse or grade the reply             | yes   |
+The stop reasons, what each means and which are INFRA: the table in `trm_store.vocabulary`, their
+one definition.
 
 A non-INFRA result must carry `correct` True or False; an INFRA result's `correct` is ignored
 (usually None: there was no gradable answer).

@@ -12,7 +12,6 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 import httpx
@@ -21,6 +20,7 @@ from pydantic import SecretStr
 from trm_llm.api_key import Redactor, check_api_key, scrub_exception
 from trm_llm.breaker import CircuitBreaker
 from trm_llm.cache import ResponseCache
+from trm_llm.closing import AsyncClosing
 from trm_llm.errors import LLMConfigError
 from trm_llm.governor import Governor
 from trm_llm.protocols import ChatResult, EventSink
@@ -34,7 +34,7 @@ _RESERVED = frozenset({"model", "messages", "stream"})
 _DEFAULT_TIMEOUT = httpx.Timeout(30.0, read=None)  # reads are policed by the stall timers
 
 
-class GovernedLLMClient:
+class GovernedLLMClient(AsyncClosing):
     """An `LLMProvider` for any OpenAI-compatible `/chat/completions` endpoint (async)."""
 
     def __init__(
@@ -97,17 +97,6 @@ class GovernedLLMClient:
         return (
             f"GovernedLLMClient({self._endpoint!r}, {self.model!r}, profile={self._profile.name!r})"
         )
-
-    async def __aenter__(self) -> GovernedLLMClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the HTTP client if this object created it."""

@@ -67,9 +67,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Mapping, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from trm_llm.closing import AsyncClosing
 from trm_llm.errors import EventSinkError
 from trm_llm.group_commit import GroupCommitter
 
@@ -82,7 +82,7 @@ logger = logging.getLogger("trm_llm.sink")
 _Event = tuple[str, "NewEvent"]  # (stream id, event)
 
 
-class StoreEventSink:
+class StoreEventSink(AsyncClosing):
     """An `EventSink` that appends each event to stream `llm:{source}`, its type prefixed like
     every stored type (`call_completed` is stored as `llm.call_completed`)."""
 
@@ -128,17 +128,6 @@ class StoreEventSink:
     async def aclose(self) -> None:
         """Flush and stop the writer thread without blocking the loop."""
         await self._writer.aclose()
-
-    async def __aenter__(self) -> StoreEventSink:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def _write(self, events: Sequence[_Event]) -> list[BaseException | None]:
         """One transaction for the batch; if the store refuses an event, one per event."""

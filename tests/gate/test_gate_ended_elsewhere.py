@@ -4,21 +4,15 @@ over the `gate.failed` the marker recorded."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from tests.gate.arms import OK, WRONG, table, units
 from trm_gate import Arm, Gate, GateStateError, QuestionResult
-from trm_store import Store, mark_stale_gates, open_store
+from trm_store import Store, mark_stale_gates
 from trm_store.domain.gates import gate_info, gate_stream
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    with open_store(store_url) as s:
-        yield s
 
 
 async def test_a_gate_marked_stale_mid_block_does_not_decide_over_it(store: Store) -> None:

@@ -29,12 +29,6 @@ from trm_store.domain.gates import gate_blocks, gate_info, gate_stream
 
 
 @pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    with open_store(store_url) as s:
-        yield s
-
-
-@pytest.fixture
 def sqlite_store(sqlite_url: str) -> Iterator[Store]:
     with open_store(sqlite_url) as s:
         yield s

@@ -8,7 +8,6 @@ event (a log line, nothing recorded). Here the sink is the real store sink on bo
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,12 +18,6 @@ from trm_llm.simulated_server import Reply, SimulatedServer, sse
 from trm_store import Store, open_store
 
 from .conftest import USER, ClientFactory
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    with open_store(store_url) as s:
-        yield s
 
 
 def _answer(finish: Any = "stop", usage: Any = None, raw_usage: bytes | None = None) -> Reply:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,12 +15,6 @@ from trm_store import Store, open_store
 from trm_store.domain.llm_calls import breaker_transitions, cache_problems, llm_calls, llm_stats
 
 from .conftest import USER, ClientFactory, FakeClock
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    with open_store(store_url) as s:
-        yield s
 
 
 @pytest.mark.postgres

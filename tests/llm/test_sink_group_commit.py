@@ -10,7 +10,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -26,12 +26,6 @@ from trm_store.domain.llm_calls import llm_calls
 from ..light_imports import heavy_modules_loaded
 from .conftest import USER, ClientFactory
 from .test_breaker_redis import Ticker
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    with open_store(store_url) as s:
-        yield s
 
 
 class CountingStore:

@@ -1,15 +1,33 @@
-"""A small event type and projection the store tests drive the log with."""
+"""A small event type and projection the store tests drive the log with, and a child process
+that writes to a store and dies (a SIGKILLed writer, for the lease tests)."""
 
 from __future__ import annotations
 
 import gc
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Column, Connection, Integer, MetaData, String, Table, select
 
 from trm_store import NewEvent, Projection, RecordedEvent, register_event_type
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def die_in_a_child(url: str, stream_key: str, body: str) -> None:
+    """Run `body` in a child process with `store` open on `url` and `sys.argv[2]` set to
+    `stream_key`, then exit without any cleanup (`os._exit`), as a killed process would."""
+    code = (
+        "import os, sys\n"
+        "from trm_store import open_store\n"
+        "store = open_store(sys.argv[1])\n"
+        f"{body}"
+        "os._exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", code, url, stream_key], cwd=ROOT, check=True, timeout=60)
 
 
 class Added(BaseModel):

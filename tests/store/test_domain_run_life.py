@@ -5,19 +5,16 @@ stale at once. Both backends; nothing is written by a refusal."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
+from tests.store.helpers import die_in_a_child
 from trm_store import RunLog, RunStateError, Store, UnknownRunError, open_store, run_info
 from trm_store.domain.run_leases import fail_run, mark_stale_runs, stale_runs
 
-ROOT = Path(__file__).resolve().parents[2]
 PREDICTION = {"unit_id": "u", "prediction": "A", "correct": True, "stop_reason": "stop"}
 
 
@@ -104,14 +101,9 @@ def test_fail_run_fails_a_running_run_once(store: Store) -> None:
 
 def _die_with_a_running_run(url: str, run_id: str) -> None:
     """A child registers the run and exits without ending it (as a SIGKILLed harness would)."""
-    code = (
-        "import os, sys\n"
-        "from trm_store import RunLog, open_store\n"
-        "store = open_store(sys.argv[1])\n"
-        "RunLog(store, sys.argv[2]).__enter__()\n"
-        "os._exit(0)\n"
+    die_in_a_child(
+        url, run_id, "from trm_store import RunLog\nRunLog(store, sys.argv[2]).__enter__()\n"
     )
-    subprocess.run([sys.executable, "-c", code, url, run_id], cwd=ROOT, check=True, timeout=60)
 
 
 def test_a_run_whose_process_on_this_host_is_gone_is_stale_at_once(store: Store) -> None:

@@ -6,8 +6,6 @@ each; `trm gates` lists them with status, verdict and age. Both backends."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -16,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.cli.helpers import trm
+from tests.store.helpers import die_in_a_child
 from tests.store.test_gates_projection import block, decided, started
 from trm_store import Store, mark_stale_gates, open_store
 from trm_store.domain.gate_leases import stale_gates
 from trm_store.domain.gates import gate_info, gate_stream
 
-ROOT = Path(__file__).resolve().parents[2]
 LATER = datetime.now(UTC) + timedelta(days=2)
 
 
@@ -34,16 +32,13 @@ def store(store_url: str) -> Iterator[Store]:
 def _start_in_a_child_that_dies(url: str, gate_id: str) -> None:
     """A child starts the gate (the store records its host and pid), evaluates a block and
     exits without deciding, as a killed gate would."""
-    code = (
-        "import os, sys\n"
+    die_in_a_child(
+        url,
+        gate_id,
         "from tests.store.test_gates_projection import block, started\n"
-        "from trm_store import open_store\n"
-        "store = open_store(sys.argv[1])\n"
         "store.append('gate:' + sys.argv[2], [started()])\n"
-        "store.append('gate:' + sys.argv[2], [block(1, ['u1', 'u2'])])\n"
-        "os._exit(0)\n"
+        "store.append('gate:' + sys.argv[2], [block(1, ['u1', 'u2'])])\n",
     )
-    subprocess.run([sys.executable, "-c", code, url, gate_id], cwd=ROOT, check=True, timeout=60)
 
 
 def test_a_gate_whose_process_is_gone_is_failed_at_once_and_once(store: Store) -> None:

@@ -18,7 +18,13 @@ from rich.table import Table
 
 from trm_store.bootstrap import open_store
 from trm_store.cli.common import report_console
-from trm_store.cli.runs import age_text, seconds_arg, time_text
+from trm_store.cli.staleness import (
+    add_stale_options,
+    age_text,
+    print_stale_summary,
+    status_text,
+    time_text,
+)
 from trm_store.domain._common import json_default
 from trm_store.domain.gate_leases import mark_stale_gates, stale_gates
 from trm_store.domain.gates import list_gates
@@ -43,18 +49,7 @@ def add_parser(commands: Any) -> None:
         "host is gone, or silent for more than --stale-after seconds, is flagged stale; "
         "--mark-stale records it as failed (reason `stale`). Read-only unless --mark-stale.",
     )
-    parser.add_argument("--db", help="store URL (default: $TRM_STORE_URL, then sqlite:///trm.db)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument(
-        "--stale-after",
-        type=seconds_arg,
-        default=DEFAULT_STALE_AFTER_S,
-        metavar="SECONDS",
-        help="a running gate silent this long is stale (default: %(default)g)",
-    )
-    parser.add_argument(
-        "--mark-stale", action="store_true", help="record the stale gates as failed (writes)"
-    )
+    add_stale_options(parser, "gate", DEFAULT_STALE_AFTER_S)
     parser.set_defaults(run=run)
 
 
@@ -98,12 +93,9 @@ def _print(
     table.add_column("age", justify="right")
     colours = {"running": "cyan", "decided": "green", "failed": "red"}
     for g in gates:
-        status = f"[{colours.get(g['status'], 'white')}]{g['status']}[/]"
-        if g["stale"]:
-            status += " [bold yellow]STALE[/]"
         table.add_row(
             g["gate_id"],
-            status,
+            status_text(g["status"], colours, reason=None, stale=g["stale"]),
             g["verdict"] or "-",
             str(g["blocks"]),
             f"{g['wins']}/{g['losses']}/{g['ties']}",
@@ -113,13 +105,11 @@ def _print(
         )
     console.print(table)
     stale = [g["gate_id"] for g in gates if g["stale"]]
-    if marked:
-        console.print(f"marked stale (now failed): {', '.join(marked)}")
-    if stale:
-        console.print(
-            f"[yellow]{len(stale)} running gate(s) whose process is gone or silent for more "
-            f"than {stale_after:g}s[/]: {', '.join(stale)}; `trm gates --mark-stale` records "
-            "them as failed"
-        )
-    elif not marked:
-        console.print(f"no stale gates (threshold {stale_after:g}s)")
+    print_stale_summary(
+        console,
+        "gate",
+        stale=stale,
+        marked=marked,
+        stale_after=stale_after,
+        condition="whose process is gone or silent for more than",
+    )

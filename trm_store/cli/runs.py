@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,25 +20,21 @@ from rich.table import Table
 
 from trm_store.bootstrap import open_store
 from trm_store.cli.common import report_console
+from trm_store.cli.staleness import (
+    add_stale_options,
+    age_text,
+    print_stale_summary,
+    status_text,
+    time_text,
+)
 from trm_store.domain._common import json_default
 from trm_store.domain.run_leases import fail_run, mark_stale_runs, stale_runs
 from trm_store.domain.run_list import list_runs
 
-__all__ = ["DEFAULT_STALE_AFTER_S", "add_parser", "age_text", "run", "seconds_arg", "time_text"]
+__all__ = ["DEFAULT_STALE_AFTER_S", "add_parser", "run"]
 
 DEFAULT_STALE_AFTER_S = 300.0
 """A live `RunLog` refreshes its lease at least every few seconds while it records."""
-
-
-def seconds_arg(text: str) -> float:
-    """An argparse `type`: a finite number of seconds > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
-    return value
 
 
 def add_parser(commands: Any) -> None:
@@ -51,18 +46,7 @@ def add_parser(commands: Any) -> None:
         "flagged stale (its process is presumed dead); --mark-stale records it as failed "
         "(reason `stale`). Read-only unless --mark-stale.",
     )
-    parser.add_argument("--db", help="store URL (default: $TRM_STORE_URL, then sqlite:///trm.db)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument(
-        "--stale-after",
-        type=seconds_arg,
-        default=DEFAULT_STALE_AFTER_S,
-        metavar="SECONDS",
-        help="a running run silent this long is stale (default: %(default)g)",
-    )
-    parser.add_argument(
-        "--mark-stale", action="store_true", help="record the stale runs as failed (writes)"
-    )
+    add_stale_options(parser, "run", DEFAULT_STALE_AFTER_S)
     parser.add_argument(
         "--fail", metavar="RUN_ID", help="record this running run as failed (reason `operator`)"
     )
@@ -105,22 +89,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def age_text(seconds: float | None) -> str:
-    """An age as a few characters (`42s`, `7m`, `3.5h`; `-` for None)."""
-    if seconds is None:
-        return "-"
-    if abs(seconds) < 120:
-        return f"{seconds:.0f}s"
-    if abs(seconds) < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
-
-
-def time_text(value: datetime | None) -> str:
-    """A UTC time to the second, or `-`."""
-    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
-
-
 def _print(
     console: Console, url: str, runs: list[dict[str, Any]], stale_after: float, marked: list[str]
 ) -> None:
@@ -135,14 +103,9 @@ def _print(
     table.add_column("lease age", justify="right")
     colours = {"running": "cyan", "completed": "green", "failed": "red"}
     for r in runs:
-        status = f"[{colours.get(r['status'], 'white')}]{r['status']}[/]"
-        if r["reason"]:
-            status += f" ({r['reason']})"
-        if r["stale"]:
-            status += " [bold yellow]STALE[/]"
         table.add_row(
             r["run_id"],
-            status,
+            status_text(r["status"], colours, reason=r["reason"], stale=r["stale"]),
             time_text(r["started_at"]),
             time_text(r["ended_at"]),
             str(r["predictions"]),
@@ -151,12 +114,11 @@ def _print(
         )
     console.print(table)
     stale = [r["run_id"] for r in runs if r["stale"]]
-    if marked:
-        console.print(f"marked stale (now failed): {', '.join(marked)}")
-    if stale:
-        console.print(
-            f"[yellow]{len(stale)} running run(s) silent for more than {stale_after:g}s[/]: "
-            f"{', '.join(stale)}; `trm runs --mark-stale` records them as failed"
-        )
-    elif not marked:
-        console.print(f"no stale runs (threshold {stale_after:g}s)")
+    print_stale_summary(
+        console,
+        "run",
+        stale=stale,
+        marked=marked,
+        stale_after=stale_after,
+        condition="silent for more than",
+    )

@@ -1,13 +1,39 @@
-"""Whether a lease's holder is known to be gone: a process on this host whose pid no longer
-exists. Shared by run and gate leases; anything else (another host, a pid we may not signal, a
-pid reused by a new process) is left to the age threshold."""
+"""Lease staleness, shared by run and gate leases: whether a lease's holder is known to be gone (a
+process on this host whose pid no longer exists), why a `running` stream is presumed dead, and the
+append of its failure that leaves a stream which moved meanwhile alone. Anything else (another
+host, a pid we may not signal, a pid reused by a new process) is left to the age threshold."""
 
 from __future__ import annotations
 
 import os
 import socket
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
-__all__ = ["holder_gone"]
+from trm_store.domain.errors import DomainInputError
+from trm_store.errors import ConcurrencyError
+from trm_store.events import NewEvent
+
+if TYPE_CHECKING:
+    from trm_store.store import Store
+
+__all__ = ["append_unless_moved", "aware_now", "check_window", "holder_gone", "stale_reason"]
+
+
+def aware_now(now: object) -> datetime:
+    """`now` if it is an aware datetime, the current time for None, else DomainInputError."""
+    if now is None:
+        return datetime.now(UTC)
+    if not isinstance(now, datetime) or now.tzinfo is None:
+        raise DomainInputError(f"now must be an aware datetime, got {now!r}")
+    return now
+
+
+def check_window(older_than: object) -> timedelta:
+    """A staleness threshold: a positive timedelta, else DomainInputError."""
+    if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
+        raise DomainInputError(f"older_than must be a positive timedelta, got {older_than!r}")
+    return older_than
 
 
 def holder_gone(host: str | None, pid: int | None) -> bool:
@@ -21,3 +47,26 @@ def holder_gone(host: str | None, pid: int | None) -> bool:
     except OSError:
         return False  # it exists, owned by someone else (PermissionError), or cannot be told
     return False
+
+
+def stale_reason(
+    host: str | None, pid: int | None, last: datetime, cutoff: datetime, *, heard: str, silent: str
+) -> str | None:
+    """Why a `running` stream last heard of at `last` is presumed dead, or None if it is not:
+    its holder on this host is gone (`... gone ({heard} {last})`), or it has been silent since
+    before `cutoff` (`{silent} since {last}; ...`)."""
+    if holder_gone(host, pid):
+        return f"its process {pid} on {host} is gone ({heard} {last.isoformat()})"
+    if last < cutoff:
+        return f"{silent} since {last.isoformat()}; the process is presumed dead"
+    return None
+
+
+def append_unless_moved(store: Store, stream: str, event: NewEvent, version: int) -> bool:
+    """Append `event` to `stream` expecting it at `version`; False if the stream moved meanwhile
+    (it wrote, so it is alive after all, or another marker was first)."""
+    try:
+        store.append(stream, [event], expected_version=version)
+    except ConcurrencyError:
+        return False
+    return True

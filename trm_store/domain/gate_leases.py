@@ -20,10 +20,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from trm_store.domain._common import as_utc, validated
-from trm_store.domain._liveness import holder_gone
+from trm_store.domain._liveness import append_unless_moved, aware_now, check_window, stale_reason
 from trm_store.domain.gates import FAILED, PROJECTION, GateFailed, gate_stream
-from trm_store.domain.run_leases import aware_now, check_window
-from trm_store.errors import ConcurrencyError
 from trm_store.events import NewEvent
 
 if TYPE_CHECKING:
@@ -66,13 +64,9 @@ def stale_gates(
     found = []
     for row in rows:
         last = as_utc(row.last_event_at)
-        if holder_gone(row.host, row.pid):
-            why = f"its process {row.pid} on {row.host} is gone (last event {last.isoformat()})"
-        elif last < cutoff:
-            why = f"no event since {last.isoformat()}; the process is presumed dead"
-        else:
-            continue
-        found.append(StaleGate(row.gate_id, row.version, row.blocks + 1, last, why))
+        why = stale_reason(row.host, row.pid, last, cutoff, heard="last event", silent="no event")
+        if why is not None:
+            found.append(StaleGate(row.gate_id, row.version, row.blocks + 1, last, why))
     return found
 
 
@@ -84,13 +78,7 @@ def mark_stale_gates(
     for gate in stale_gates(store, older_than, now=now):
         data = {"error": gate.why[:1000], "block": gate.block, "reason": "stale"}
         event = validated(GateFailed, data, f"stale gate {gate.gate_id!r}")
-        try:
-            store.append(
-                gate_stream(gate.gate_id),
-                [NewEvent(FAILED, event.model_dump())],
-                expected_version=gate.version,
-            )
-        except ConcurrencyError:
-            continue  # it wrote meanwhile (alive after all), or another marker was first
-        marked.append(gate.gate_id)
+        failed = NewEvent(FAILED, event.model_dump())
+        if append_unless_moved(store, gate_stream(gate.gate_id), failed, gate.version):
+            marked.append(gate.gate_id)
     return marked

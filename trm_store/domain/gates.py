@@ -174,50 +174,33 @@ class GatesProjection(Projection):
             touched = {"last_event_at": event.recorded_at, "version": event.version}
             if event.type == STARTED:
                 conn.execute(insert(gates).values(**_started_row(gate_id, event)))
-            elif event.type == BLOCK_EVALUATED:
-                conn.execute(
-                    update(gates)
-                    .where(key)
-                    .values(
-                        **touched,
-                        blocks=gates.c.blocks + 1,
-                        units_evaluated=gates.c.units_evaluated + len(data["unit_ids"]),
-                        wins=gates.c.wins + data["wins"],
-                        losses=gates.c.losses + data["losses"],
-                        ties=gates.c.ties + data["ties"],
-                        infra_units_baseline=gates.c.infra_units_baseline
-                        + len(data["infra_baseline"]),
-                        infra_units_candidate=gates.c.infra_units_candidate
-                        + len(data["infra_candidate"]),
-                        baseline_cache_hits=gates.c.baseline_cache_hits
-                        + data["baseline_cache_hits"],
-                        log_e_value=data["log_e_value"],
-                        log_futility_e_value=data["log_futility_e_value"],
-                    )
+                continue
+            change: dict[str, Any]
+            if event.type == BLOCK_EVALUATED:
+                change = dict(
+                    blocks=gates.c.blocks + 1,
+                    units_evaluated=gates.c.units_evaluated + len(data["unit_ids"]),
+                    wins=gates.c.wins + data["wins"],
+                    losses=gates.c.losses + data["losses"],
+                    ties=gates.c.ties + data["ties"],
+                    infra_units_baseline=gates.c.infra_units_baseline + len(data["infra_baseline"]),
+                    infra_units_candidate=gates.c.infra_units_candidate
+                    + len(data["infra_candidate"]),
+                    baseline_cache_hits=gates.c.baseline_cache_hits + data["baseline_cache_hits"],
+                    log_e_value=data["log_e_value"],
+                    log_futility_e_value=data["log_futility_e_value"],
                 )
             elif event.type == FAILED:
-                conn.execute(
-                    update(gates)
-                    .where(key)
-                    .values(
-                        **touched,
-                        status="failed",
-                        reason=data["error"],
-                        decided_at=event.recorded_at,
-                    )
-                )
+                ended = event.recorded_at
+                change = {"status": "failed", "reason": data["error"], "decided_at": ended}
             else:
-                conn.execute(
-                    update(gates)
-                    .where(key)
-                    .values(
-                        **touched,
-                        status="decided",
-                        verdict=data["verdict"],
-                        reason=data["reason"],
-                        decided_at=event.recorded_at,
-                    )
-                )
+                change = {
+                    "status": "decided",
+                    "verdict": data["verdict"],
+                    "reason": data["reason"],
+                    "decided_at": event.recorded_at,
+                }
+            conn.execute(update(gates).where(key).values(**touched, **change))
 
 
 def _started_row(gate_id: str, event: RecordedEvent) -> dict[str, Any]:

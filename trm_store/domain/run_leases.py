@@ -12,14 +12,14 @@ fails one running run by hand (`trm runs --fail`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, func, select
 
 from trm_store.domain._common import as_utc, check_id, upsert, validated
-from trm_store.domain._liveness import holder_gone
-from trm_store.domain.errors import DomainInputError, RunStateError
+from trm_store.domain._liveness import append_unless_moved, aware_now, check_window, stale_reason
+from trm_store.domain.errors import RunStateError
 from trm_store.domain.runs import FAILED, PROJECTION, Failed, run_info, run_version, stream_of
 from trm_store.errors import ConcurrencyError
 from trm_store.events import NewEvent
@@ -40,22 +40,6 @@ class StaleRun:
     version: int
     last_seen: datetime
     why: str
-
-
-def aware_now(now: object) -> datetime:
-    """`now` if it is an aware datetime, the current time for None, else DomainInputError."""
-    if now is None:
-        return datetime.now(UTC)
-    if not isinstance(now, datetime) or now.tzinfo is None:
-        raise DomainInputError(f"now must be an aware datetime, got {now!r}")
-    return now
-
-
-def check_window(older_than: object) -> timedelta:
-    """A staleness threshold: a positive timedelta, else DomainInputError."""
-    if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
-        raise DomainInputError(f"older_than must be a positive timedelta, got {older_than!r}")
-    return older_than
 
 
 def write_lease(store: Store, run_id: str, *, host: str, pid: int, now: datetime) -> None:
@@ -99,13 +83,10 @@ def stale_runs(
         if row.heartbeat_at is not None:
             seen.append(as_utc(row.heartbeat_at))
         last = max(seen)
-        if holder_gone(row.host, row.pid):
-            why = f"its process {row.pid} on {row.host} is gone (last heard of {last.isoformat()})"
-        elif last < cutoff:
-            why = f"no heartbeat since {last.isoformat()}; the process is presumed dead"
-        else:
-            continue
-        found.append(StaleRun(row.run_id, row.version, last, why))
+        heard, silent = "last heard of", "no heartbeat"
+        why = stale_reason(row.host, row.pid, last, cutoff, heard=heard, silent=silent)
+        if why is not None:
+            found.append(StaleRun(row.run_id, row.version, last, why))
     return found
 
 
@@ -121,9 +102,7 @@ def _mark(store: Store, run: StaleRun, now: datetime) -> bool:
     """Mark one run, unless its stream moved since it was found stale (another marker, or the run
     itself is alive after all)."""
     data = {"finished_at": now, "reason": "stale", "error": run.why}
-    try:
-        store.append(stream_of(run.run_id), [NewEvent(FAILED, data)], expected_version=run.version)
-    except ConcurrencyError:
+    if not append_unless_moved(store, stream_of(run.run_id), NewEvent(FAILED, data), run.version):
         return False
     release_lease(store, run.run_id)
     return True

@@ -1,0 +1,96 @@
+"""What `trm runs` and `trm gates` share: the --stale-after argument, times and ages as text, a
+status cell with its STALE mark, and the lines under the table naming stale and marked ones."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from datetime import datetime
+
+from rich.console import Console
+
+__all__ = [
+    "add_stale_options",
+    "age_text",
+    "print_stale_summary",
+    "seconds_arg",
+    "status_text",
+    "time_text",
+]
+
+
+def seconds_arg(text: str) -> float:
+    """An argparse `type`: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def add_stale_options(parser: argparse.ArgumentParser, noun: str, default_s: float) -> None:
+    """The options `trm {noun}s` shares with its sibling: --db, --json, --stale-after SECONDS
+    (default `default_s`) and --mark-stale."""
+    parser.add_argument("--db", help="store URL (default: $TRM_STORE_URL, then sqlite:///trm.db)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--stale-after",
+        type=seconds_arg,
+        default=default_s,
+        metavar="SECONDS",
+        help=f"a running {noun} silent this long is stale (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--mark-stale", action="store_true", help=f"record the stale {noun}s as failed (writes)"
+    )
+
+
+def age_text(seconds: float | None) -> str:
+    """An age as a few characters (`42s`, `7m`, `3.5h`; `-` for None)."""
+    if seconds is None:
+        return "-"
+    if abs(seconds) < 120:
+        return f"{seconds:.0f}s"
+    if abs(seconds) < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def time_text(value: datetime | None) -> str:
+    """A UTC time to the second, or `-`."""
+    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def status_text(status: str, colours: dict[str, str], *, reason: str | None, stale: bool) -> str:
+    """The status in its colour, then `(reason)` if given, then a STALE mark if stale."""
+    text = f"[{colours.get(status, 'white')}]{status}[/]"
+    if reason:
+        text += f" ({reason})"
+    if stale:
+        text += " [bold yellow]STALE[/]"
+    return text
+
+
+def print_stale_summary(
+    console: Console,
+    noun: str,
+    *,
+    stale: Sequence[str],
+    marked: Sequence[str],
+    stale_after: float,
+    condition: str,
+) -> None:
+    """Under the table of `trm {noun}s`: those marked failed by this call, then those still
+    stale (`{n} running {noun}(s) {condition} {stale_after}s`) or that none is."""
+    if marked:
+        console.print(f"marked stale (now failed): {', '.join(marked)}")
+    if stale:
+        console.print(
+            f"[yellow]{len(stale)} running {noun}(s) {condition} {stale_after:g}s[/]: "
+            f"{', '.join(stale)}; `trm {noun}s --mark-stale` records them as failed"
+        )
+    elif not marked:
+        console.print(f"no stale {noun}s (threshold {stale_after:g}s)")
