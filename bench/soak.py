@@ -230,7 +230,8 @@ def report(result: Result, plan: Plan) -> None:
     faults = {k: v for k, v in result.server.items() if k != "requests"}
     print(f"   faults injected {sum(faults.values())}: {dict(sorted(faults.items()))}")
     print(
-        f"   breaker: {f['half_open_windows']} half-open windows, {f['probes']} probes, "
+        f"   breaker: {f['half_open_windows']} half-open windows, {f['probes']} probes "
+        f"(+{f['local_probes']} on local state while Redis was unreachable), "
         f"{f['breaker_events']} breaker_changed events; cache entries {f['cache_entries']}, "
         f"baseline units {f['baseline_units']}"
     )

@@ -9,7 +9,9 @@ ended: its release, the first exit from half-open that may have followed its adm
 done no earlier than the probe's time before admission), or its expiry (`probe_timeout_s` after
 that time), whichever came first. A probe admitted earlier was a second probe out at once: a
 violation. A lease held by a killed worker ends by expiry (the designed recovery), so the probe
-after it is no violation. `new_window` tells probes that opened a half-open window (open ->
+after it is no violation. A probe admitted while its worker could not reach Redis (the breaker
+degraded to local state, as documented) holds no shared lease: it is counted apart
+(`local_probes`) and not paired. `new_window` tells probes that opened a half-open window (open ->
 half_open) from those admitted inside one after a release or an expiry; the log's
 `llm.breaker_changed` events are counted beside them.
 """
@@ -163,7 +165,11 @@ def _baseline(store: Store, found: Findings) -> list[str]:
 
 def _probes(cfg: SoakConfig, work: Path, types: Counter[str], found: Findings) -> list[str]:
     records = read_lines(work, "probes-*.jsonl")
-    probes = sorted((r for r in records if r["k"] == "probe"), key=lambda r: r["t1"])
+    admitted = [r for r in records if r["k"] == "probe"]
+    # A worker that lost Redis admits on its own local state (the documented degradation): such
+    # a probe holds no shared lease, so it is counted apart, not paired with the shared ones.
+    local = [r for r in admitted if r.get("local")]
+    probes = sorted((r for r in admitted if not r.get("local")), key=lambda r: r["t1"])
     releases = {r["tok"]: r["t"] for r in records if r["k"] == "release"}
     exits = [r for r in records if r["k"] == "exit"]
     problems = []
@@ -179,6 +185,7 @@ def _probes(cfg: SoakConfig, work: Path, types: Counter[str], found: Findings) -
                 f"probe {previous['tok'][:8]}'s lease ended"
             )
     found.figures["probes"] = len(probes)
+    found.figures["local_probes"] = len(local)
     found.figures["half_open_windows"] = sum(p["new_window"] for p in probes)
     found.figures["breaker_events"] = types["llm.breaker_changed"]
     return problems

@@ -75,6 +75,8 @@ class AuditedBreaker(CircuitBreaker):
                     "t0": t0,
                     "t1": time.time(),
                     "new_window": new_window,
+                    # Redis unreachable: admitted on this process's local state (by design)
+                    "local": bool(getattr(self._store, "degraded", False)),
                 }
             )
         return admission
