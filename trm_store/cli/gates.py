@@ -9,7 +9,6 @@ store is opened read-only: listing (`list_gates`) never writes.
 from __future__ import annotations
 
 import argparse
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,11 +20,11 @@ from trm_store.cli.common import report_console
 from trm_store.cli.staleness import (
     add_stale_options,
     age_text,
+    print_stale_json,
     print_stale_summary,
     status_text,
     time_text,
 )
-from trm_store.domain._common import json_default
 from trm_store.domain.gate_leases import mark_stale_gates, stale_gates
 from trm_store.domain.gates import list_gates
 
@@ -68,14 +67,7 @@ def run(args: argparse.Namespace) -> int:
             for g in list_gates(store)
         ]
         if args.json:
-            document = {
-                "store": store.url,
-                "stale_after_s": args.stale_after,
-                "gates": gates,
-                "stale": sorted(stale),
-                "marked_stale": marked,
-            }
-            print(json.dumps(document, default=json_default, allow_nan=False))
+            print_stale_json(store.url, args.stale_after, ("gates", gates), stale, marked)
         else:
             _print(report_console(), store.url, gates, args.stale_after, marked)
     return 0

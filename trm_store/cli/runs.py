@@ -10,7 +10,6 @@ Without --mark-stale or --fail the store is opened read-only: listing (`list_run
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,11 +22,11 @@ from trm_store.cli.common import report_console
 from trm_store.cli.staleness import (
     add_stale_options,
     age_text,
+    print_stale_json,
     print_stale_summary,
     status_text,
     time_text,
 )
-from trm_store.domain._common import json_default
 from trm_store.domain.run_leases import fail_run, mark_stale_runs, stale_runs
 from trm_store.domain.run_list import list_runs
 
@@ -71,19 +70,8 @@ def run(args: argparse.Namespace) -> int:
         stale = {r.run_id for r in stale_runs(store, older_than, now=now)}
         runs = [{**r, "stale": r["run_id"] in stale} for r in list_runs(store, now=now)]
         if args.json:
-            print(
-                json.dumps(
-                    {
-                        "store": store.url,
-                        "stale_after_s": args.stale_after,
-                        "runs": runs,
-                        "stale": sorted(stale),
-                        "marked_stale": marked,
-                        "failed": args.fail,
-                    },
-                    default=json_default,
-                )
-            )
+            rows = ("runs", runs)
+            print_stale_json(store.url, args.stale_after, rows, stale, marked, failed=args.fail)
         else:
             _print(report_console(), store.url, runs, args.stale_after, marked)
     return 0

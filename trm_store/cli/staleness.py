@@ -4,15 +4,20 @@ status cell with its STALE mark, and the lines under the table naming stale and 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from rich.console import Console
+
+from trm_store.domain._common import json_default
 
 __all__ = [
     "add_stale_options",
     "age_text",
+    "print_stale_json",
     "print_stale_summary",
     "seconds_arg",
     "status_text",
@@ -94,3 +99,25 @@ def print_stale_summary(
         )
     elif not marked:
         console.print(f"no stale {noun}s (threshold {stale_after:g}s)")
+
+
+def print_stale_json(
+    url: str,
+    stale_after_s: float,
+    rows: tuple[str, list[dict[str, Any]]],
+    stale: set[str],
+    marked: list[str],
+    **extra: object,
+) -> None:
+    """The `--json` document of `trm runs` / `trm gates`: the rows under their name, the stale
+    ids, what was marked now, and anything the command adds (ISO 8601 times, no NaN)."""
+    name, listed = rows
+    document = {
+        "store": url,
+        "stale_after_s": stale_after_s,
+        name: listed,
+        "stale": sorted(stale),
+        "marked_stale": marked,
+        **extra,
+    }
+    print(json.dumps(document, default=json_default, allow_nan=False))
