@@ -21,7 +21,17 @@ of outcomes (the run log, the baseline cache, the gate).
 
 from __future__ import annotations
 
-__all__ = ["ID_MAX", "INFRA_STOP_REASONS", "STOP_REASONS", "id_problem", "outcome_problem"]
+__all__ = [
+    "ID_MAX",
+    "INFRA_STOP_REASONS",
+    "INT64_MAX",
+    "INT64_MIN",
+    "STOP_REASONS",
+    "count_problem",
+    "id_problem",
+    "outcome_problem",
+    "text_problem",
+]
 
 INFRA_STOP_REASONS: frozenset[str] = frozenset({"error", "parse_error"})
 """Stop reasons that mean the infrastructure failed, not the model (SPEC §3)."""
@@ -36,6 +46,36 @@ STOP_REASONS: frozenset[str] = INFRA_STOP_REASONS | {
 
 ID_MAX = 255
 """The longest id (run, unit, question, workspace, ...) the event models and both backends hold."""
+
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+"""The integers both backends hold (SQLite INTEGER, PostgreSQL BIGINT): wider ones are refused."""
+
+
+def count_problem(value: object, minimum: int = 0, maximum: int = INT64_MAX) -> str | None:
+    """Why `value` is not an int in [minimum, maximum] (a position, version, epoch, size), or
+    None when it is. `bool` is refused: `True` is not a count. Each caller names the argument
+    and raises its own package's typed error."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"must be an int, got {type(value).__name__}"
+    if not minimum <= value <= maximum:
+        return f"must be between {minimum} and {maximum}, got {value!r:.40}"
+    return None
+
+
+def text_problem(value: object) -> str | None:
+    """Why `value` is not text both backends store verbatim (a str that encodes as UTF-8 and
+    holds no NUL, which PostgreSQL text refuses), or None when it is."""
+    if not isinstance(value, str):
+        return f"must be a string, got {type(value).__name__}"
+    if "\x00" in value:
+        return f"{value!r:.80} contains a NUL character"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"{value!r:.80} is not valid Unicode (a lone surrogate)"
+    return None
 
 
 def id_problem(value: object, limit: int = ID_MAX, *, printable: bool = True) -> str | None:
