@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from trm_store.bootstrap import open_store
@@ -77,18 +78,18 @@ def _print(
     console: Console, url: str, gates: list[dict[str, Any]], stale_after: float, marked: list[str]
 ) -> None:
     if not gates:
-        console.print(f"no gates recorded in {url}")
+        console.print(f"no gates recorded in {escape(url)}")
         return
-    table = Table(title=f"gates in {url}")
+    table = Table(title=f"gates in {escape(url)}")
     for name in ("gate", "status", "verdict", "blocks", "W/L/T", "started (UTC)", "ended (UTC)"):
         table.add_column(name)
     table.add_column("age", justify="right")
     colours = {"running": "cyan", "decided": "green", "failed": "red"}
     for g in gates:
         table.add_row(
-            g["gate_id"],
+            escape(g["gate_id"]),
             status_text(g["status"], colours, reason=None, stale=g["stale"]),
-            g["verdict"] or "-",
+            escape(g["verdict"] or "-"),
             str(g["blocks"]),
             f"{g['wins']}/{g['losses']}/{g['ties']}",
             time_text(g["started_at"]),

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from trm_store.bootstrap import open_store
@@ -72,9 +73,9 @@ def _ms(value: float | None) -> str:
 
 def _print(console: Console, url: str, stats: dict[str, LLMSourceStats]) -> None:
     if not stats:
-        console.print(f"no LLM calls recorded in {url}")
+        console.print(f"no LLM calls recorded in {escape(url)}")
         return
-    table = Table(title=f"LLM calls in {url}")
+    table = Table(title=f"LLM calls in {escape(url)}")
     table.add_column("source")
     for name in ("calls", "ok", "failed", "cache hit", "retries", "truncated", "length"):
         table.add_column(name, justify="right")
@@ -84,7 +85,7 @@ def _print(console: Console, url: str, stats: dict[str, LLMSourceStats]) -> None
     for source, s in stats.items():
         rate = "-" if s["cache_hit_rate"] is None else f"{s['cache_hit_rate']:.0%}"
         table.add_row(
-            source,
+            escape(source),
             str(s["calls"]),
             str(s["completed"]),
             str(s["failed"]),
@@ -101,7 +102,7 @@ def _print(console: Console, url: str, stats: dict[str, LLMSourceStats]) -> None
         reasons = s["attempt_reasons"]
         if reasons:
             parts = ", ".join(f"{r} {n}" for r, n in sorted(reasons.items()))
-            console.print(f"{source}: failed attempts by reason: {parts}")
+            console.print(escape(f"{source}: failed attempts by reason: {parts}"))
         if s["errors"]:
             parts = ", ".join(f"{e} {n}" for e, n in sorted(s["errors"].items()))
-            console.print(f"{source}: failed calls by error: {parts}")
+            console.print(escape(f"{source}: failed calls by error: {parts}"))

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from trm_store.bootstrap import open_store
@@ -81,9 +82,9 @@ def _print(
     console: Console, url: str, runs: list[dict[str, Any]], stale_after: float, marked: list[str]
 ) -> None:
     if not runs:
-        console.print(f"no runs recorded in {url}")
+        console.print(f"no runs recorded in {escape(url)}")
         return
-    table = Table(title=f"runs in {url}")
+    table = Table(title=f"runs in {escape(url)}")
     for name in ("run", "status", "started (UTC)", "ended (UTC)"):
         table.add_column(name)
     table.add_column("predictions", justify="right")
@@ -92,12 +93,12 @@ def _print(
     colours = {"running": "cyan", "completed": "green", "failed": "red"}
     for r in runs:
         table.add_row(
-            r["run_id"],
+            escape(r["run_id"]),
             status_text(r["status"], colours, reason=r["reason"], stale=r["stale"]),
             time_text(r["started_at"]),
             time_text(r["ended_at"]),
             str(r["predictions"]),
-            f"{r['host']}/{r['pid']}",
+            escape(f"{r['host']}/{r['pid']}"),
             age_text(r["lease_age_s"]),
         )
     console.print(table)

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from trm_store.domain._common import json_default
 
@@ -73,7 +74,7 @@ def status_text(status: str, colours: dict[str, str], *, reason: str | None, sta
     """The status in its colour, then `(reason)` if given, then a STALE mark if stale."""
     text = f"[{colours.get(status, 'white')}]{status}[/]"
     if reason:
-        text += f" ({reason})"
+        text += f" ({escape(reason)})"
     if stale:
         text += " [bold yellow]STALE[/]"
     return text
@@ -91,11 +92,11 @@ def print_stale_summary(
     """Under the table of `trm {noun}s`: those marked failed by this call, then those still
     stale (`{n} running {noun}(s) {condition} {stale_after}s`) or that none is."""
     if marked:
-        console.print(f"marked stale (now failed): {', '.join(marked)}")
+        console.print(escape(f"marked stale (now failed): {', '.join(marked)}"))
     if stale:
         console.print(
             f"[yellow]{len(stale)} running {noun}(s) {condition} {stale_after:g}s[/]: "
-            f"{', '.join(stale)}; `trm {noun}s --mark-stale` records them as failed"
+            f"{escape(', '.join(stale))}; `trm {noun}s --mark-stale` records them as failed"
         )
     elif not marked:
         console.print(f"no stale {noun}s (threshold {stale_after:g}s)")
