@@ -91,3 +91,31 @@ def test_plot_writes_a_png(sqlite_url: str, tmp_path: Path) -> None:
     with open_store(sqlite_url, read_only=True) as store:
         assert gate_report(store, "g-rep", plot=str(png)) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_says_where_it_wrote_and_counts_blocks_in_integers(
+    sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    from trm_store.cli.gate_report import figure
+
+    run_gate(sqlite_url)
+    png = tmp_path / "path.png"
+    with open_store(sqlite_url, read_only=True) as store:
+        assert gate_report(store, "g-rep", plot=str(png)) == 0
+        report = read_gate_report(store, "g-rep")
+    assert f"wrote {png.resolve()}" in capsys.readouterr().err
+    fig = figure(report)
+    ticks = fig.axes[0].get_xticks()
+    assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_plot_into_a_missing_folder_is_one_line_exit_2(
+    sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    run_gate(sqlite_url)
+    with open_store(sqlite_url, read_only=True) as store:
+        assert gate_report(store, "g-rep", plot=str(tmp_path / "no" / "such.png")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trm: cannot write") and "Traceback" not in err

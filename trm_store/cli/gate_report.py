@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from trm_gate import to_e_value
@@ -26,7 +27,7 @@ from trm_store.cli.common import json_e_value, report_console
 from trm_store.domain.gate_report import GateReport, GateReportBlock, read_gate_report
 from trm_store.store import Store
 
-__all__ = ["add_parser", "gate_report", "run"]
+__all__ = ["add_parser", "figure", "gate_report", "run"]
 
 _BAR = 24  # characters of the e-value path bars
 
@@ -71,6 +72,10 @@ def gate_report(
                 file=sys.stderr,
             )
             return 2
+        except OSError as exc:
+            print(f"trm: cannot write {plot}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        print(f"trm: wrote {Path(plot).resolve()}", file=sys.stderr)
     return 0
 
 
@@ -104,9 +109,10 @@ def _print(console: Console, report: GateReport) -> None:
     config = report["config"]
     log_a, log_b = -math.log(config["alpha"]), -math.log(config["beta"])
     console.print(
-        f"[bold]gate {report['gate_id']}[/]  baseline [cyan]{report['baseline_snapshot']}[/] vs "
-        f"candidate [cyan]{report['candidate_snapshot']}[/]  pool {report['pool_size']} units, "
-        f"seed {report['seed']}"
+        f"[bold]gate {escape(report['gate_id'])}[/]  "
+        f"baseline [cyan]{escape(report['baseline_snapshot'])}[/] vs "
+        f"candidate [cyan]{escape(report['candidate_snapshot'])}[/]  "
+        f"pool {report['pool_size']} units, seed {report['seed']}"
     )
     console.print(
         "alpha {alpha}  beta {beta}  p1 {p1}  block {block_size}  max_pairs {max_pairs}  "
@@ -124,7 +130,7 @@ def _print(console: Console, report: GateReport) -> None:
             f"{b['total_wins']}-{b['total_losses']}",
             _fmt(b["log_e_value"]),
             _fmt(b["log_futility_e_value"]),
-            b["decision"],
+            escape(b["decision"]),
         )
     console.print(table)
     path = Table(title="e-value path: share of the log-distance to each threshold", box=None)
@@ -144,7 +150,7 @@ def _print(console: Console, report: GateReport) -> None:
         return
     colour = {"accept": "green", "reject": "red"}.get(decision["verdict"], "yellow")
     console.print(
-        f"verdict [bold {colour}]{decision['verdict']}[/]: {decision['reason']}  "
+        f"verdict [bold {colour}]{escape(decision['verdict'])}[/]: {escape(decision['reason'])}  "
         f"W {decision['wins']} / L {decision['losses']} / ties {decision['ties']}, "
         f"INFRA units baseline {decision['infra_units_baseline']} / candidate "
         f"{decision['infra_units_candidate']}, {decision['units_evaluated']} units evaluated, "
@@ -153,6 +159,16 @@ def _print(console: Console, report: GateReport) -> None:
 
 
 def _plot(report: GateReport, path: Path) -> None:
+    fig = figure(report)
+    try:
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+    finally:
+        importlib.import_module("matplotlib.pyplot").close(fig)
+
+
+def figure(report: GateReport) -> Any:
+    """The e-value path as a matplotlib figure: log E+ and log E- per block (integer ticks)
+    against log(1/alpha) and log(1/beta)."""
     # The optional `plot` extra: imported here only, so the report works without it.
     importlib.import_module("matplotlib").use("Agg")
     plt = importlib.import_module("matplotlib.pyplot")
@@ -166,9 +182,10 @@ def _plot(report: GateReport, path: Path) -> None:
     )
     ax.axhline(-math.log(config["alpha"]), linestyle="--", color="green", label="log(1/alpha)")
     ax.axhline(-math.log(config["beta"]), linestyle=":", color="red", label="log(1/beta)")
+    ticker = importlib.import_module("matplotlib.ticker")
+    ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))  # blocks are counted
     ax.set_xlabel("block")
     ax.set_ylabel("log e-value")
     ax.set_title(f"gate {report['gate_id']}")
     ax.legend()
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    return fig
