@@ -9,6 +9,9 @@ domain's queries (`trm_store.domain`):
 - `gate_report`: `trm gate-report` (`read_gate_report`; e-values by `trm_gate`'s conversion);
 - `llm_stats`: `trm llm-stats` (`llm_stats`);
 - `replay`: `trm replay-projections`;
+- `predictions`: `trm predictions` (`read_predictions`);
+- `manifest`: `trm manifest` (`get_manifest`);
+- `export`: `trm export` (`trm_store.domain.tables`; Parquet through `trm_store.frames`);
 - `demo`: `trm demo`, the package of the demo's parts (see its docstring);
 - `diagnose`: `trm diagnose`, the package of the labelling job (see its docstring);
 - `common`: what they share (console, progress bar, argument types, counts, JSON e-values).
@@ -23,7 +26,18 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from trm_store.cli import demo, diagnose, gate_report, gates, llm_stats, replay, runs
+from trm_store.cli import (
+    demo,
+    diagnose,
+    export,
+    gate_report,
+    gates,
+    llm_stats,
+    manifest,
+    predictions,
+    replay,
+    runs,
+)
 from trm_store.errors import StoreError
 
 __all__ = ["main"]
@@ -37,10 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_parser(commands)
     runs.add_parser(commands)
     gates.add_parser(commands)
+    predictions.add_parser(commands)
+    manifest.add_parser(commands)
     gate_report.add_parser(commands)
     llm_stats.add_parser(commands)
     diagnose.add_parser(commands)
     replay.add_parser(commands)
+    export.add_parser(commands)
     return parser
 
 
