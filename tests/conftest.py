@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
+from tests.demo_store import DemoStore, make_demo_store
 from tests.llm.private_redis import PrivateRedis, running_redis
 from trm_store import Store, open_store
 
@@ -61,3 +62,10 @@ def private_redis() -> Iterator[PrivateRedis]:
     """A redis-server of this test's own, on another port: it may be frozen, killed, restarted."""
     with running_redis() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> DemoStore:
+    """A store filled by `trm demo` plus a run of hostile strings (tests/demo_store.py), made
+    once per session: tests that use it only read it."""
+    return make_demo_store(tmp_path_factory.mktemp("demo"))

@@ -30,6 +30,7 @@ from trm_store.prepare import (
 )
 from trm_store.projection_rebuild import rebuild, verify
 from trm_store.projection_runner import Progress, ProjectionSet, require_known
+from trm_store.projection_state import ProjectionStatus, statuses
 from trm_store.projections import Projection
 
 __all__ = ["AppendItem", "Store"]
@@ -156,6 +157,13 @@ class Store:
         """The position of the last committed event (0 for an empty log)."""
         with self._reading() as conn:
             return head(conn)
+
+    def projection_status(self) -> dict[str, ProjectionStatus]:
+        """Each projection's bookkeeping (version built at, last position applied, `ready` or
+        `rebuilding`), by name: compare `checkpoint` with `head_position()` to see how far
+        behind it is. Never catches anything up, so it works on a stale read-only store."""
+        with self._reading() as conn:
+            return statuses(conn)
 
     @contextmanager
     def query(self, projection: str) -> Iterator[tuple[Connection, Mapping[str, Table]]]:

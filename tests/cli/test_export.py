@@ -1,5 +1,5 @@
 """`trm export`, `trm_store.frames`, `trm manifest` and `trm predictions` on a store filled by
-`trm demo` (one run of it for the module) plus a run of hostile values: every table in every
+`trm demo` (the session's `demo_store`) plus a run of hostile values: every table in every
 format reads back with its values and types, the store is never written, and bad requests are
 one line and exit 2."""
 
@@ -8,62 +8,17 @@ from __future__ import annotations
 import csv
 import io
 import json
-import subprocess
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.cli.helpers import child_env, trm
-from trm_store import RunLog, open_store, write_dual_metric
+from tests.cli.helpers import trm
+from tests.demo_store import HOSTILE, HOSTILE_RUN, DemoStore
+from trm_store import open_store
 from trm_store.domain._common import json_default
 from trm_store.domain.tables import EXPORT_TABLES, table_rows
-
-HOSTILE = ["[/]", "[bold red]x[/]", "<script>alert(1)</script>", '"><img onerror=x>', "a,b\nc"]
-
-
-@pytest.fixture(scope="module")
-def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """A store filled by `trm demo`, then a run whose strings are markup, HTML and CSV syntax."""
-    folder = tmp_path_factory.mktemp("demo")
-    demo = subprocess.run(
-        [*trm_args("demo")],
-        cwd=folder,
-        env=child_env(folder),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert demo.returncode == 0, demo.stderr
-    url = f"sqlite:///{folder / 'trm.db'}"
-    with open_store(url) as store:
-        with RunLog(store, "hostile-[/]", config={"lr": 1.0, "big": 2**62}) as log:
-            for i, text in enumerate(HOSTILE):
-                log.record_prediction(
-                    f"q{i}", unit_id="u", prediction=text, correct=i % 2 == 0, stop_reason="stop"
-                )
-            log.record_prediction(
-                "q-infra", unit_id="u", prediction=None, correct=None, stop_reason="error"
-            )
-        write_dual_metric(
-            store,
-            run_id="hostile-[/]",
-            epoch=0,
-            version_kind="final",
-            skills_version="s",
-            prompts_version="p",
-            pool="pool",
-            hard_acc=0.5,
-        )
-    yield url, folder
-
-
-def trm_args(*args: str) -> list[str]:
-    from tests.cli.helpers import trm_command
-
-    return trm_command(*args)
 
 
 def _as_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -72,8 +27,8 @@ def _as_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("table", list(EXPORT_TABLES))
-def test_jsonl_is_every_row_of_the_table(demo_store: tuple[str, Path], table: str) -> None:
-    url, folder = demo_store
+def test_jsonl_is_every_row_of_the_table(demo_store: DemoStore, table: str) -> None:
+    url, folder = demo_store.url, demo_store.folder
     with open_store(url, read_only=True) as store:
         rows = table_rows(store, table)
         head = store.head_position()
@@ -87,9 +42,9 @@ def test_jsonl_is_every_row_of_the_table(demo_store: tuple[str, Path], table: st
 
 @pytest.mark.parametrize("table", list(EXPORT_TABLES))
 def test_csv_has_one_line_per_row_and_every_column(
-    demo_store: tuple[str, Path], table: str, tmp_path: Path
+    demo_store: DemoStore, table: str, tmp_path: Path
 ) -> None:
-    url, folder = demo_store
+    url, folder = demo_store.url, demo_store.folder
     out = tmp_path / f"{table}.csv"
     done = trm("export", table, "--db", url, "--out", str(out), cwd=folder)
     assert done.returncode == 0, done.stderr
@@ -111,11 +66,11 @@ def test_csv_has_one_line_per_row_and_every_column(
                 assert got[key] == str(value)
 
 
-def test_frames_keep_types(demo_store: tuple[str, Path]) -> None:
+def test_frames_keep_types(demo_store: DemoStore) -> None:
     pd = pytest.importorskip("pandas")
     from trm_store import frames
 
-    url, _ = demo_store
+    url = demo_store.url
     with open_store(url, read_only=True) as store:
         predictions = frames.predictions(store)
         runs = frames.runs(store)
@@ -129,15 +84,15 @@ def test_frames_keep_types(demo_store: tuple[str, Path]) -> None:
     assert str(runs["predictions"].dtype) == "Int64"
     assert str(metrics["hard_acc"].dtype) == "Float64"
     assert isinstance(gates["config"].iloc[0], dict)
-    hostile = predictions[predictions["run_id"] == "hostile-[/]"]
+    hostile = predictions[predictions["run_id"] == HOSTILE_RUN]
     assert list(hostile["prediction"].iloc[: len(HOSTILE)]) == HOSTILE
 
 
 @pytest.mark.parametrize("table", ["predictions", "gate_blocks", "llm_calls"])
-def test_parquet_reads_back(demo_store: tuple[str, Path], table: str, tmp_path: Path) -> None:
+def test_parquet_reads_back(demo_store: DemoStore, table: str, tmp_path: Path) -> None:
     pd = pytest.importorskip("pandas")
     pytest.importorskip("pyarrow")
-    url, folder = demo_store
+    url, folder = demo_store.url, demo_store.folder
     out = tmp_path / f"{table}.parquet"
     done = trm("export", table, "--db", url, "--format", "parquet", "--out", str(out), cwd=folder)
     assert done.returncode == 0, done.stderr
@@ -161,17 +116,17 @@ def test_parquet_reads_back(demo_store: tuple[str, Path], table: str, tmp_path: 
     ],
 )
 def test_bad_requests_are_one_line_and_exit_2(
-    demo_store: tuple[str, Path], args: tuple[str, ...], message: str
+    demo_store: DemoStore, args: tuple[str, ...], message: str
 ) -> None:
-    url, folder = demo_store
+    url, folder = demo_store.url, demo_store.folder
     done = trm(*args, "--db", url, cwd=folder)
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr
     assert not list(Path("/").glob("nonexistent-dir"))
 
 
-def test_manifest_json_is_get_manifest(demo_store: tuple[str, Path]) -> None:
-    url, folder = demo_store
+def test_manifest_json_is_get_manifest(demo_store: DemoStore) -> None:
+    url, folder = demo_store.url, demo_store.folder
     done = trm("manifest", "trm-demo", "--db", url, "--json", cwd=folder)
     assert done.returncode == 0, done.stderr
     from trm_store import get_manifest
@@ -182,14 +137,12 @@ def test_manifest_json_is_get_manifest(demo_store: tuple[str, Path]) -> None:
     assert table.returncode == 0 and "best" in table.stdout
 
 
-def test_predictions_show_hostile_strings_as_text(demo_store: tuple[str, Path]) -> None:
-    url, folder = demo_store
-    done = trm("predictions", "hostile-[/]", "--db", url, cwd=folder)
+def test_predictions_show_hostile_strings_as_text(demo_store: DemoStore) -> None:
+    url, folder = demo_store.url, demo_store.folder
+    done = trm("predictions", HOSTILE_RUN, "--db", url, cwd=folder)
     assert done.returncode == 0, done.stderr
     assert "[bold red]x[/]" in done.stdout and "<script>" in done.stdout
     assert "accuracy 0.600 (3/5 judged), 1 INFRA" in done.stdout
-    as_json = json.loads(
-        trm("predictions", "hostile-[/]", "--db", url, "--json", cwd=folder).stdout
-    )
+    as_json = json.loads(trm("predictions", HOSTILE_RUN, "--db", url, "--json", cwd=folder).stdout)
     assert (as_json["judged"], as_json["correct"], as_json["infra"]) == (5, 3, 1)
     assert [r["prediction"] for r in as_json["rows"]][: len(HOSTILE)] == HOSTILE

@@ -11,6 +11,7 @@ domain's queries (`trm_store.domain`):
 - `replay`: `trm replay-projections`;
 - `predictions`: `trm predictions` (`read_predictions`);
 - `manifest`: `trm manifest` (`get_manifest`);
+- `ui`: `trm ui`, the web view (a package: app, pages, charts, templates);
 - `export`: `trm export` (`trm_store.domain.tables`; Parquet through `trm_store.frames`);
 - `demo`: `trm demo`, the package of the demo's parts (see its docstring);
 - `diagnose`: `trm diagnose`, the package of the labelling job (see its docstring);
@@ -37,6 +38,7 @@ from trm_store.cli import (
     predictions,
     replay,
     runs,
+    ui,
 )
 from trm_store.errors import StoreError
 
@@ -58,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     diagnose.add_parser(commands)
     replay.add_parser(commands)
     export.add_parser(commands)
+    ui.add_parser(commands)
     return parser
 
 

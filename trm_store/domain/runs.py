@@ -45,7 +45,7 @@ from trm_store.vocabulary import outcome_problem
 if TYPE_CHECKING:
     from trm_store.store import Store
 
-__all__ = ["read_predictions", "run_info"]
+__all__ = ["prediction_row", "read_predictions", "run_info"]
 
 STREAM = "run"
 PROJECTION = "runs"
@@ -273,17 +273,19 @@ def read_predictions(store: Store, run_id: str) -> list[dict[str, Any]]:
         rows = conn.execute(
             select(predictions).where(predictions.c.run_id == run_id).order_by(predictions.c.seq)
         ).all()
-    return [
-        {
-            **r.fields,
-            "question_id": r.question_id,
-            "unit_id": r.unit_id,
-            "prediction": r.prediction,
-            "correct": r.correct,
-            "stop_reason": r.stop_reason,
-        }
-        for r in rows
-    ]
+    return [prediction_row(r) for r in rows]
+
+
+def prediction_row(row: Any) -> dict[str, Any]:
+    """A `predictions` row as the read API gives it: its extra fields, then the known ones."""
+    return {
+        **row.fields,
+        "question_id": row.question_id,
+        "unit_id": row.unit_id,
+        "prediction": row.prediction,
+        "correct": row.correct,
+        "stop_reason": row.stop_reason,
+    }
 
 
 def stream_of(run_id: str) -> str:
