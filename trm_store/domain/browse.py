@@ -8,12 +8,15 @@ functions the other queries use (`prediction_row`, `as_utc`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from sqlalchemy import case, func, select
 
 from trm_store.domain._common import as_utc, check_id, check_int
 from trm_store.domain.errors import DomainInputError
+from trm_store.domain.metrics import PROJECTION as METRICS
+from trm_store.domain.metrics import metric_row
 from trm_store.domain.runs import PROJECTION as RUNS
 from trm_store.domain.runs import prediction_row
 from trm_store.domain.workspace import PROJECTION as WORKSPACES
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PREDICTION_SORTS",
     "PredictionsPage",
+    "final_metrics",
     "list_workspaces",
     "predictions_page",
     "run_totals",
@@ -119,7 +123,10 @@ def predictions_page(
             select(func.count()).select_from(predictions).where(*where)
         ).scalar_one()
         key = predictions.c[sort]
-        order = [key.desc() if descending else key.asc(), predictions.c.seq]
+        # Missing verdicts (INFRA) sort first ascending and last descending on both backends
+        # (their defaults differ); ties keep first-seen order.
+        first = key.desc().nulls_last() if descending else key.asc().nulls_first()
+        order = [first, predictions.c.seq]
         rows = conn.execute(
             select(predictions).where(*where).order_by(*order).offset(offset).limit(limit)
         ).all()
@@ -162,3 +169,17 @@ def run_totals(store: Store, run_id: str) -> dict[str, Any]:
         "infra": infra,
         "stop_reasons": dict(sorted(by_reason.items())),
     }
+
+
+def final_metrics(store: Store, run_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """The `final` dual metrics of these runs, in the order they were recorded: one query for
+    a workspace's whole history instead of one per run."""
+    ids = [check_id("run_id", run_id) for run_id in run_ids]
+    with store.query(METRICS) as (conn, tables):
+        table = tables["dual_metrics"]
+        rows = conn.execute(
+            select(table)
+            .where(table.c.run_id.in_(ids), table.c.version_kind == "final")
+            .order_by(table.c.position)
+        ).all()
+    return [metric_row(r) for r in rows]

@@ -49,7 +49,7 @@ from trm_store.projections import Projection, register_projection
 if TYPE_CHECKING:
     from trm_store.store import Store
 
-__all__ = ["VERSION_KINDS", "read_dual_metric", "write_dual_metric"]
+__all__ = ["VERSION_KINDS", "metric_row", "read_dual_metric", "write_dual_metric"]
 
 STREAM = "metrics"
 PROJECTION = "dual_metrics"
@@ -213,18 +213,20 @@ def read_dual_metric(
         if epoch is not None:
             query = query.where(table.c.epoch == epoch)
         rows = conn.execute(query).all()
-    return [
-        {
-            "run_id": r.run_id,
-            "epoch": r.epoch,
-            "version_kind": r.version_kind,
-            "skills_version": r.skills_version,
-            "prompts_version": r.prompts_version,
-            "pool": r.pool,
-            "hard_acc": r.hard_acc,
-            "soft_score": r.soft_score,
-            "mixed_score": r.mixed_score,
-            "recorded_at": as_utc(r.recorded_at),
-        }
-        for r in rows
-    ]
+    return [metric_row(r) for r in rows]
+
+
+def metric_row(row: Any) -> dict[str, Any]:
+    """A `dual_metrics` row as the read API gives it."""
+    return {
+        "run_id": row.run_id,
+        "epoch": row.epoch,
+        "version_kind": row.version_kind,
+        "skills_version": row.skills_version,
+        "prompts_version": row.prompts_version,
+        "pool": row.pool,
+        "hard_acc": row.hard_acc,
+        "soft_score": row.soft_score,
+        "mixed_score": row.mixed_score,
+        "recorded_at": as_utc(row.recorded_at),
+    }

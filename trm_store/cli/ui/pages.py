@@ -13,13 +13,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trm_store.cli.ui.charts import line_chart
-from trm_store.domain.browse import list_workspaces, predictions_page, run_totals
+from trm_store.domain.browse import (
+    final_metrics,
+    list_workspaces,
+    predictions_page,
+    run_totals,
+)
 from trm_store.domain.diagnosis import read_diagnoses
-from trm_store.domain.errors import UnknownRunError
 from trm_store.domain.gate_report import read_gate_report
 from trm_store.domain.gates import gate_info, list_gates
-from trm_store.domain.llm_calls import breaker_transitions, llm_stats
-from trm_store.domain.metrics import read_dual_metric
+from trm_store.domain.llm_calls import breaker_transitions, llm_sources, llm_stats
 from trm_store.domain.run_list import list_runs
 from trm_store.domain.runs import run_info
 from trm_store.domain.workspace import get_manifest
@@ -50,48 +53,46 @@ def overview_page(store: Store) -> dict[str, Any]:
         "workspaces": list_workspaces(store),
         "runs": list_runs(store, now=_now())[-20:][::-1],
         "gates": list_gates(store)[:20],
-        "llm_sources": sorted(llm_stats(store)),
+        "llm_sources": llm_sources(store),
         "head": store.head_position(),
     }
 
 
 def workspace_page(store: Store, workspace_id: str) -> dict[str, Any]:
     """A workspace: its manifest, its runs by epoch with their status and gate verdict, the
-    `final` dual metrics over epochs (a chart per pool), its best version."""
+    `final` dual metrics over epochs (a chart per pool and arm), its best version."""
     manifest = get_manifest(store, workspace_id)
     gates = {g["gate_id"]: g for g in list_gates(store)}
+    statuses = {r["run_id"]: r["status"] for r in list_runs(store, now=_now())}
     epochs: dict[str, list[dict[str, Any]]] = {}
-    finals: dict[str, list[tuple[float, float]]] = {}
+    arms: dict[str, str] = {}
     for recorded in manifest["runs"]:
         run_id = recorded["run_id"]
-        try:
-            info = run_info(store, run_id)
-        except UnknownRunError:  # a dangling run id in a manifest: shown, not followed
-            info = {"status": "unknown"}
+        arms[run_id] = str(recorded.get("arm", run_id))
         gate = gates.get(str(recorded.get("gate_id")))
         epochs.setdefault(str(recorded.get("epoch", "-")), []).append(
             {
                 "run_id": run_id,
                 "arm": recorded.get("arm"),
-                "status": info["status"],
+                "status": statuses.get(run_id, "unknown"),  # a dangling id: shown, not followed
                 "gate_id": None if gate is None else gate["gate_id"],
                 "verdict": None if gate is None else gate["verdict"],
             }
         )
-        if info["status"] == "unknown":
-            continue
-        for metric in read_dual_metric(store, run_id=run_id):
-            if metric["version_kind"] == "final":
-                label = f"{metric['pool']} · {recorded.get('arm', run_id)}"
-                finals.setdefault(label, []).append((metric["epoch"], metric["hard_acc"]))
+    finals: dict[str, list[tuple[float, float]]] = {}
+    known = [run_id for run_id in arms if run_id in statuses]
+    for metric in final_metrics(store, known):
+        label = f"{metric['pool']} · {arms[metric['run_id']]}"
+        finals.setdefault(label, []).append((metric["epoch"], metric["hard_acc"]))
+    finals = {label: sorted(points) for label, points in finals.items()}
     fields = {k: v for k, v in manifest.items() if k not in ("runs", "best", "workspace_id")}
     return {
         "workspace_id": workspace_id,
         "fields": fields,
         "best": manifest["best"],
         "epochs": [{"epoch": epoch, "runs": runs} for epoch, runs in epochs.items()],
-        "final_metrics": {label: sorted(points) for label, points in finals.items()},
-        "chart": line_chart({k: sorted(v) for k, v in finals.items()}) if finals else None,
+        "final_metrics": finals,
+        "chart": line_chart(finals) if finals else None,
     }
 
 

@@ -32,6 +32,7 @@ from trm_store.domain.llm_calls.stats import (
     LLMSourceStats,
     SaltCalls,
     Spread,
+    llm_sources,
     llm_stats,
     percentile,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "cache_problems",
     "llm_call",
     "llm_calls",
+    "llm_sources",
     "llm_stats",
     "llm_stream",
     "percentile",

@@ -26,7 +26,15 @@ if TYPE_CHECKING:
 
     from trm_store.store import Store
 
-__all__ = ["TRUNCATED", "LLMSourceStats", "SaltCalls", "Spread", "llm_stats", "percentile"]
+__all__ = [
+    "TRUNCATED",
+    "LLMSourceStats",
+    "SaltCalls",
+    "Spread",
+    "llm_sources",
+    "llm_stats",
+    "percentile",
+]
 
 TRUNCATED = "truncated_no_done"
 """The failed-attempt reason of a stream that ended without its `[DONE]`."""
@@ -199,6 +207,13 @@ def llm_stats(
                 )
             tallies[source] = _Tally()
     return {name: tallies[name].stats() for name in sorted(tallies)}
+
+
+def llm_sources(store: Store) -> list[str]:
+    """Every source with a call or a breaker change recorded, by name (two indexed reads: what
+    a listing needs without counting every call)."""
+    with store.query(PROJECTION) as (conn, tables):
+        return sorted(_sources(conn, tables))
 
 
 def _sources(conn: Connection, tables: Mapping[str, Table]) -> set[str]:
