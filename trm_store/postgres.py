@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from threading import BoundedSemaphore
 
 from sqlalchemy import URL, Connection, Engine, Table, create_engine, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
@@ -20,6 +21,13 @@ from trm_store.json_codec import serialize_json
 __all__ = ["PostgresBackend"]
 
 APPEND_LOCK_KEY = 0x74726D  # "trm"
+WRITER_SLOTS = 4
+"""How many of the pool's connections (5, and 10 more on demand) writers may hold at once.
+
+Appends queue for the append lock holding a connection: unbounded, writers could hold the whole
+pool while they wait, and every read of the process would wait for the pool's timeout (30 s)
+and fail. A few connections are all writers use anyway (they run one at a time); the others wait
+in the process, and the rest of the pool stays the readers'."""
 _READ_ONLY = "-c default_transaction_read_only=on"
 _APPEND_LOCK = DriverSql(f"SELECT pg_advisory_xact_lock({APPEND_LOCK_KEY})")
 _UNDEFINED_TABLE = "42P01"
@@ -51,12 +59,13 @@ class PostgresBackend:
         self.engine: Engine = create_engine(
             url, connect_args=connect_args, pool_pre_ping=True, json_serializer=serialize_json
         )
+        self._writer_slots = BoundedSemaphore(WRITER_SLOTS)
 
     @contextmanager
     def write_transaction(self) -> Iterator[Connection]:
         if self.read_only:
             raise ReadOnlyStoreError(f"store {self.describe()} was opened read_only=True")
-        with self.engine.connect() as conn, conn.begin():
+        with self._writer_slots, self.engine.connect() as conn, conn.begin():
             execute(conn, _APPEND_LOCK, {})
             yield conn
 

@@ -5,10 +5,17 @@ costs about 80 us (measured), half as much as the append's own SQLite work: each
 keeps one connection instead. An idle connection outside a transaction holds no lock and no
 snapshot in WAL mode, so keeping it costs other processes nothing.
 
-Connections of threads that have ended are closed when another thread asks for one, so their
-number stays bounded by the live threads. A forked child never uses or closes its parent's
-connections (SQLite handles must not cross a fork); it opens its own. Forks are counted by an
-`os.register_at_fork` hook, which every fork made by Python (`os.fork`, multiprocessing) runs.
+A writer's connection is detached from the engine's pool as soon as it is opened: the pool is the
+readers', and writers that are alive but idle must never hold its slots (100 such threads would
+make every read wait for the pool's timeout). It is opened through the pool all the same, so it
+gets the engine's connect hooks and events. Its thread keeps it, in thread-local storage, next to
+a `_Lease` that closes it when Python drops the thread's locals: when the thread ends (or the
+store is garbage), with no other thread having to write first.
+
+A forked child never uses or closes its parent's connections (SQLite handles must not cross a
+fork); it opens its own. Forks are counted by an `os.register_at_fork` hook, which every fork made
+by Python (`os.fork`, multiprocessing) runs; a lease checks the pid instead, because a child drops
+the other threads' locals before that hook has run.
 """
 
 from __future__ import annotations
@@ -23,6 +30,9 @@ __all__ = ["WriterConnections"]
 _forks = 0
 """How many times this process's line has forked: a child sees one more than its parent saw."""
 
+_inherited: list[Connection] = []
+"""Connections opened before a fork, in the child: kept referenced so nothing ever closes them."""
+
 
 def _count_fork() -> None:
     global _forks
@@ -32,41 +42,72 @@ def _count_fork() -> None:
 os.register_at_fork(after_in_child=_count_fork)
 
 
+class _Lease:
+    """Owns one thread's writer connection: closes it when dropped, with the thread's locals."""
+
+    __slots__ = ("_conn", "_open", "_pid")
+    _getpid = staticmethod(os.getpid)
+    _kept = _inherited
+    """Held by the class, which outlives the module's globals at interpreter exit."""
+
+    def __init__(self, conn: Connection, open_connections: set[Connection]) -> None:
+        self._conn, self._open, self._pid = conn, open_connections, os.getpid()
+        open_connections.add(conn)
+
+    def __del__(self) -> None:
+        # No lock: this runs in whichever thread drops the lease, even inside a garbage
+        # collection there; whoever takes the connection out of `_open` closes it, once.
+        if self._getpid() != self._pid:
+            self._kept.append(self._conn)  # a forked child's: the parent's, never closed here
+            return
+        try:
+            self._open.remove(self._conn)
+        except KeyError:  # `close` closed it already
+            return
+        self._conn.close()
+
+
 class WriterConnections:
     """The writing threads' connections of one engine."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._lock = threading.Lock()
-        self._by_thread: dict[threading.Thread, Connection] = {}
+        self._open: set[Connection] = set()
+        """The connections of every live lease, for `close`."""
         self._mine = threading.local()
-        """This thread's connection, found without a lock or a lookup on every append."""
+        """This thread's `conn` and the `forks` it was opened under (found without a lock or a
+        lookup on every append), and its `lease`."""
         self._forks = _forks
-        self._inherited: list[Connection] = []
-        """A forked parent's connections: kept referenced so no finaliser ever touches them."""
+        """The fork count `_open` was filled under."""
 
     def current(self) -> Connection:
         """This thread's connection, opened on first use (and again after a fork or close)."""
-        conn: Connection | None = getattr(self._mine, "conn", None)
-        if conn is not None and self._forks == _forks and not conn.closed:
+        mine = self._mine
+        conn: Connection | None = getattr(mine, "conn", None)
+        if conn is not None and mine.forks == _forks and not conn.closed:
             return conn
-        with self._lock:
-            if self._forks != _forks:
-                self._inherited.extend(self._by_thread.values())
-                self._by_thread.clear()
-                self._forks = _forks
-            for thread in [t for t in self._by_thread if not t.is_alive()]:
-                self._by_thread.pop(thread).close()
-            conn = self._engine.connect()
-            self._by_thread[threading.current_thread()] = self._mine.conn = conn
-            return conn
+        self._forget_the_parents()
+        conn = self._engine.connect()
+        conn.connection.detach()
+        mine.conn, mine.forks = conn, _forks
+        mine.lease = _Lease(conn, self._open)  # the lease it replaces is dropped here
+        return conn
 
     def close(self) -> None:
-        """Close every thread's connection (the next write opens a new one)."""
+        """Close every thread's connection (each thread's next write opens a new one)."""
+        self._forget_the_parents()
+        while True:
+            try:
+                conn = self._open.pop()
+            except KeyError:
+                return
+            conn.close()
+
+    def _forget_the_parents(self) -> None:
+        """In a forked child, keep the parent's connections referenced and never touch them."""
         with self._lock:
-            if self._forks == _forks:
-                for conn in self._by_thread.values():
-                    conn.close()
-            else:
-                self._inherited.extend(self._by_thread.values())
-            self._by_thread.clear()
+            if self._forks != _forks:
+                _inherited.extend(self._open)
+                self._open.clear()
+                self._forks = _forks

@@ -1,4 +1,5 @@
-"""The SQLite backend's per-thread writer connections: reused, bounded, fork-safe, never nested."""
+"""The SQLite backend's per-thread writer connections: reused, outside the readers' pool, closed
+when their thread ends, fork-safe, never nested."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from sqlalchemy import Connection
 
 from trm_store import NewEvent, Store, StoreError, open_store, register_event_type
 from trm_store.sqlite import SqliteBackend
+from trm_store.writer_connections import WriterConnections
 
 
 class Ping(BaseModel):
@@ -24,34 +26,44 @@ def ping(n: int) -> list[NewEvent]:
     return [NewEvent("test.ping", {"n": n})]
 
 
-def writers(store: Store) -> dict[threading.Thread, Connection]:
+def writers(store: Store) -> WriterConnections:
     backend = store._backend
     assert isinstance(backend, SqliteBackend)
-    return backend._writers._by_thread
+    return backend._writers
+
+
+def mine(store: Store) -> Connection:
+    """This thread's writer connection."""
+    conn: Connection = writers(store)._mine.conn
+    return conn
 
 
 def test_a_thread_reuses_its_connection_across_appends(sqlite_url: str) -> None:
     with open_store(sqlite_url) as store:
         store.append("s", ping(1))
-        first = writers(store)[threading.current_thread()]
+        first = mine(store)
         store.append("s", ping(2))
-        assert writers(store)[threading.current_thread()] is first
+        assert mine(store) is first
+        assert first.connection.dbapi_connection is not None
+        assert store._backend.engine.pool.checkedout() == 0  # detached: not the readers' slot
         assert [e.data["n"] for e in store.read_stream("s")] == [1, 2]
 
 
-def test_connections_of_ended_threads_are_closed(sqlite_url: str) -> None:
+def test_a_thread_s_connection_is_closed_when_the_thread_ends(sqlite_url: str) -> None:
     with open_store(sqlite_url) as store:
         store.append("main", ping(0))
         opened = []
+
+        def work(n: int) -> None:
+            store.append(f"t{n}", ping(n))
+            opened.append(mine(store))
+
         for n in range(5):
-            worker = threading.Thread(target=store.append, args=(f"t{n}", ping(n)))
+            worker = threading.Thread(target=work, args=(n,))
             worker.start()
             worker.join()
-            opened.append(writers(store)[worker])
-        # Each new thread closes the connections of those that ended before it: the number kept
-        # is bounded by the live threads (plus the last one that ended).
-        assert set(writers(store)) <= {threading.current_thread(), worker}
-        assert all(conn.closed for conn in opened[:-1])
+            assert opened[-1].closed  # at once: no other thread had to write first
+        assert writers(store)._open == {mine(store)}
         assert store.head_position() == 6
 
 
@@ -62,7 +74,7 @@ def test_threads_append_concurrently_each_on_its_own_connection(sqlite_url: str)
         def work(name: str) -> None:
             for n in range(50):
                 store.append(name, ping(n))
-            seen[name] = writers(store)[threading.current_thread()]
+            seen[name] = mine(store)
 
         threads = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(4)]
         for t in threads:
@@ -91,7 +103,7 @@ def test_a_forked_child_opens_its_own_connection_and_the_parent_keeps_writing(
 ) -> None:
     with open_store(sqlite_url) as store:
         store.append("s", ping(1))
-        parent_conn = writers(store)[threading.current_thread()]
+        parent_conn = mine(store)
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: append through the inherited store, report, exit at once
@@ -100,8 +112,8 @@ def test_a_forked_child_opens_its_own_connection_and_the_parent_keeps_writing(
                 if child_closes_first:  # must leave the parent's connection alone
                     store.close()
                 store.append("s", ping(2))
-                mine = writers(store)[threading.current_thread()]
-                code = 0 if mine is not parent_conn and not parent_conn.closed else 2
+                own = mine(store)
+                code = 0 if own is not parent_conn and not parent_conn.closed else 2
             finally:
                 os.write(write, bytes([code]))
                 os._exit(0)
@@ -110,15 +122,54 @@ def test_a_forked_child_opens_its_own_connection_and_the_parent_keeps_writing(
         os.waitpid(pid, 0)
         assert child_code == bytes([0])
         store.append("s", ping(3))
-        assert writers(store)[threading.current_thread()] is parent_conn
+        assert mine(store) is parent_conn
         assert not parent_conn.closed
         assert [e.data["n"] for e in store.read_stream("s")] == [1, 2, 3]
+
+
+def test_a_fork_leaves_the_connections_of_the_parent_s_other_threads_alone(
+    sqlite_url: str,
+) -> None:
+    """A child drops the locals of the threads it did not inherit, leases included, before any
+    fork hook runs: those leases must not close the parent's connections in the child."""
+    with open_store(sqlite_url) as store:
+        theirs: list[Connection] = []
+        appended, release = threading.Event(), threading.Event()
+
+        def worker() -> None:
+            store.append("w", ping(1))
+            theirs.append(mine(store))
+            appended.set()
+            release.wait(30)
+            store.append("w", ping(3))  # after the child: its connection, still open
+
+        thread = threading.Thread(target=worker, daemon=True)
+        thread.start()
+        assert appended.wait(30)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = 2 if theirs[0].closed else 0
+                store.append("c", ping(2))
+            finally:
+                os.write(write, bytes([code]))
+                os._exit(0)
+        os.close(write)
+        child_code = os.read(read, 1)
+        os.waitpid(pid, 0)
+        assert child_code == bytes([0])
+        release.set()
+        thread.join(30)
+        assert not thread.is_alive()
+        assert [e.data["n"] for e in store.read_all()] == [1, 2, 3]
 
 
 def test_close_closes_the_writer_connections_and_a_later_write_reopens(sqlite_url: str) -> None:
     store = open_store(sqlite_url)
     store.append("s", ping(1))
-    conn = writers(store)[threading.current_thread()]
+    conn = mine(store)
     store.close()
     assert conn.closed
     store.append("s", ping(2))
