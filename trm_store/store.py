@@ -7,8 +7,6 @@ Every method checks its arguments and hands the work to the module whose job it 
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Self
@@ -26,6 +24,7 @@ from trm_store.prepare import (
     AppendPreparer,
     PreparedEvent,
     check_items,
+    origin,
     prepared_append,
 )
 from trm_store.projection_rebuild import rebuild, verify
@@ -46,7 +45,7 @@ class Store:
         self._backend = backend
         self._projections = ProjectionSet(projections)
         self._batch_size = batch_size
-        self._prepare = AppendPreparer({"host": socket.gethostname(), "pid": os.getpid()})
+        self._prepare = AppendPreparer(origin())
         self._append = Appender(backend, self._projections).append
 
     # -- properties -----------------------------------------------------------------------------
