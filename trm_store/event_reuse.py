@@ -58,9 +58,10 @@ def retried(
     for item in prepared:
         for event in item.events:
             stored = recorded.get(event.event_id)
-            why = None if stored is None else _difference(stored, item.stream_id, event)
+            if stored is None:
+                continue
+            why = _difference(stored, item.stream_id, event)
             if why is not None:
-                assert stored is not None
                 raise EventIdConflictError(stored.event_id, stored.stream_id, stored.version, why)
     ids = event_ids(prepared)
     if len(recorded) < len(ids):

@@ -79,8 +79,9 @@ class Store:
 
         expected_version: None = any version, 0 = the stream must not exist yet, n = the stream
         must be at version n; otherwise ConcurrencyError and nothing is written. Re-appending
-        events whose event_ids are all recorded already returns the recorded events (a retried
-        append is exactly-once).
+        the very same events (their ids recorded, each with the same stream, type, data and
+        meta) returns the recorded events: a retried append is exactly-once. Any other use of a
+        recorded id raises EventIdConflictError (`trm_store.event_reuse`).
         """
         return self._append([self._prepare((stream_id, events, expected_version))])
 
@@ -106,7 +107,8 @@ class Store:
         """Append events made by `prepare` to one stream in one transaction, as `append` does.
 
         Their ids were fixed by `prepare`: appending the same events again (a retry after an
-        error) returns the recorded events instead of writing them twice.
+        error) returns the recorded events instead of writing them twice; to another stream,
+        EventIdConflictError.
         """
         return self._append([prepared_append(stream_id, events, expected_version)])
 
