@@ -26,6 +26,7 @@ STORE_NAMES = {
     # the core's errors
     "StoreError",
     "ConcurrencyError",
+    "EventIdConflictError",
     "ReadOnlyStoreError",
     "SchemaVersionError",
     "EventValidationError",

@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     )
     from trm_store.errors import (
         ConcurrencyError,
+        EventIdConflictError,
         EventValidationError,
         ReadOnlyStoreError,
         SchemaVersionError,
@@ -115,6 +116,7 @@ _EXPORTS: dict[str, str] = {
     "DomainConflictError": "trm_store.domain.errors",
     "DomainInputError": "trm_store.domain.errors",
     "DuplicateFinalMetricError": "trm_store.domain.errors",
+    "EventIdConflictError": "trm_store.errors",
     "EventValidationError": "trm_store.errors",
     "GateReport": "trm_store.domain.gate_report",
     "INFRA_STOP_REASONS": "trm_store.vocabulary",
@@ -175,6 +177,7 @@ __all__ = [
     "DomainConflictError",
     "DomainInputError",
     "DuplicateFinalMetricError",
+    "EventIdConflictError",
     "EventValidationError",
     "GateReport",
     "InfraOutcomeError",

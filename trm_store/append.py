@@ -1,9 +1,10 @@
 """The append algorithm: one transaction under the writer lock that checks stream versions,
 numbers the events, inserts them and applies the projections inline; and its idempotence (a
-retried append whose event ids are all recorded returns the recorded events).
+retried append returns the recorded events; `trm_store.event_reuse` tells a retry from any other
+use of a recorded id).
 
 Input arrives validated (`trm_store.prepare`), so nothing here refuses data: a failure is a
-version conflict, a retry, or the database's.
+version conflict, a retry, an event id used for another event, or the database's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from trm_store.backend import Backend, reading, store_error
 from trm_store.driver import DriverSql, bind_processor, execute_many
 from trm_store.errors import ConcurrencyError, EventValidationError
+from trm_store.event_reuse import duplicate_id, event_ids, retried
 from trm_store.events import RecordedEvent, recorded_event
 from trm_store.log import events_by_id, heads, stream_head
 from trm_store.prepare import PreparedAppend
@@ -33,11 +35,14 @@ INSERT_EVENTS = DriverSql(
 """The event rows of an append, sent with one `executemany` (`trm_store.driver`): JSON
 already serialised, `recorded_at` through its column type's `bind_processor`."""
 
-_RESEND = "a retried append must resend exactly the same events"
-
 
 class _EventIdTaken(Exception):
-    """An event id of the append is in the log already; the transaction rolled back."""
+    """An event id of the append is in the log already, or twice in the append: the unique
+    index refused the insert and the transaction rolled back."""
+
+    def __init__(self, error: IntegrityError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class Appender:
@@ -49,40 +54,40 @@ class Appender:
         self._stored_time = bind_processor(EVENTS.c.recorded_at, backend.engine.dialect)
 
     def append(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent]:
-        """Write `prepared` (all of it, or nothing); the recorded events, in position order."""
+        """Write `prepared` (all of it, or nothing); the recorded events, in position order.
+
+        A retry of an append that was recorded returns the recorded events; any other use of a
+        recorded id raises EventIdConflictError (`trm_store.event_reuse`).
+        """
         try:
             with self._backend.append_transaction() as conn:
                 return self._append_locked(conn, prepared)
         except SQLAlchemyError as e:
             raise store_error(self._backend, e) from e
-        except (ConcurrencyError, _EventIdTaken) as e:
-            # Optimistic idempotence: only a failed append pays for looking its ids up.
-            recorded = self._already_recorded(prepared)
-            if recorded is not None:
-                return recorded
-            if isinstance(e, ConcurrencyError):
+        except ConcurrencyError:
+            # A stream moved: a retry of a recorded append, when the caller chose its ids.
+            if not any(p.ids_given for p in prepared):
                 raise
-            raise EventValidationError(
-                f"some of these event ids are recorded already: {_RESEND}"
-            ) from None
+            recorded = self._retried(prepared)
+            if recorded is None:
+                raise
+            return recorded
+        except _EventIdTaken as e:
+            recorded = self._retried(prepared)
+            if recorded is None:  # not reached: the log only grows, so the taken id is there
+                raise store_error(self._backend, e.error) from e.error
+            return recorded
 
-    def _already_recorded(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent] | None:
-        """The recorded events if every caller-given id of this append is in the log, else None.
-
-        Raises EventValidationError when only some of them are.
-        """
-        if not any(p.ids_given for p in prepared):
-            return None
-        ids = [e.event_id for p in prepared for e in p.events]
+    def _retried(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent] | None:
+        """The recorded events if `prepared` resends exactly them, None if none of its ids is
+        recorded; EventValidationError for an id used twice in it, EventIdConflictError for any
+        other use of a recorded id. Only a failed append pays for this lookup."""
+        duplicate = duplicate_id(prepared)
+        if duplicate is not None:
+            raise EventValidationError(duplicate)
         with reading(self._backend) as conn:
-            found = events_by_id(conn, ids)
-        if not found:
-            return None
-        if len(found) < len(ids):
-            raise EventValidationError(
-                f"{len(found)} of {len(ids)} event ids are recorded already: {_RESEND}"
-            )
-        return [found[eid] for eid in ids]
+            recorded = events_by_id(conn, event_ids(prepared))
+        return retried(prepared, recorded)
 
     def _append_locked(
         self, conn: Connection, prepared: Sequence[PreparedAppend]
@@ -135,7 +140,7 @@ class Appender:
             execute_many(conn, INSERT_EVENTS, rows)
         except IntegrityError as e:
             if "event_id" in str(e.orig):
-                raise _EventIdTaken from e
+                raise _EventIdTaken(e) from e
             raise
         self._projections.apply_inline(conn, previous_head, position, recorded)
         return recorded

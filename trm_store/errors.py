@@ -7,6 +7,7 @@ a trigger's refusal); its message names the store and the cause.
 
 StoreError                             the database failed, or the base of every error below
  ├── ConcurrencyError                  a stream was not at the expected version; nothing written
+ ├── EventIdConflictError              an event id names another event already; nothing written
  ├── ReadOnlyStoreError                a write on a store opened read_only=True, or a read-only db
  ├── SchemaVersionError                the database is not at the migration head (`alembic upgrade`)
  ├── StaleProjectionError              a read model is behind the log (`trm replay-projections`)
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConcurrencyError",
+    "EventIdConflictError",
     "EventValidationError",
     "ReadOnlyStoreError",
     "SchemaVersionError",
@@ -56,6 +58,26 @@ class ConcurrencyError(StoreError):
         self.stream_id = stream_id
         self.expected = expected
         self.actual = actual
+
+
+class EventIdConflictError(StoreError):
+    """An event id of the append already names another event; the append wrote nothing.
+
+    The recorded event is at `version` of stream `stream_id`. Only a retry of the very same
+    append (the same events: stream, type, data and meta) is answered with the recorded events;
+    this is any other use of a recorded id: another stream, type, data or meta, or an append
+    that resends only some of the events recorded under its ids.
+    """
+
+    def __init__(self, event_id: str, stream_id: str, version: int, why: str) -> None:
+        super().__init__(
+            f"event_id {event_id} names event {version} of stream {stream_id!r} already; {why}: "
+            "nothing was written (a retry resends the very same events, a new event needs a "
+            "new id)"
+        )
+        self.event_id = event_id
+        self.stream_id = stream_id
+        self.version = version
 
 
 class ReadOnlyStoreError(StoreError):

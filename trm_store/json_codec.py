@@ -16,7 +16,14 @@ from typing import Any
 
 from trm_store.errors import EventValidationError
 
-__all__ = ["JsonText", "choose_encoder", "dumps_json", "loads_json", "serialize_json"]
+__all__ = [
+    "JsonText",
+    "choose_encoder",
+    "dumps_json",
+    "loads_json",
+    "same_json",
+    "serialize_json",
+]
 
 Encode = Callable[[Any], str]
 
@@ -146,6 +153,14 @@ def loads_json(text: str) -> Any:
     if end != len(text):
         return json.loads(text)
     return value
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Whether two decoded JSON values are the same JSON: compared as canonical text, so 1, 1.0
+    and true differ, as 0.0 and -0.0 do (Python's == says they are equal), and key order does
+    not matter. For values read back from the log (decoded from canonical text) or about to be
+    written (`loads_json` of the text), this compares exactly what the log holds."""
+    return bool(_encode(a) == _encode(b))
 
 
 def serialize_json(value: Any) -> str:

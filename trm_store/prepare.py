@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,12 +16,14 @@ from trm_store.json_codec import JsonText, dumps_json
 from trm_store.vocabulary import ID_MAX, id_problem
 
 __all__ = [
+    "ORIGIN_KEYS",
     "STREAM_ID_MAX",
     "AppendItem",
     "AppendPreparer",
     "PreparedAppend",
     "PreparedEvent",
     "check_items",
+    "origin",
     "prepared_append",
     "storable",
 ]
@@ -27,6 +31,16 @@ __all__ = [
 STREAM_ID_MAX = ID_MAX
 AppendItem = tuple[str, Sequence[NewEvent], int | None]
 """(stream_id, events, expected_version) for `Store.append_batch`."""
+
+
+ORIGIN_KEYS = frozenset({"host", "pid"})
+"""What `origin` puts in every event's meta: where the event was written from, not what it
+says, so a retry from another process resends the same event (`trm_store.event_reuse`)."""
+
+
+def origin() -> dict[str, Any]:
+    """This process's origin (host, pid), for `AppendPreparer`."""
+    return {"host": socket.gethostname(), "pid": os.getpid()}
 
 
 def storable(text: str) -> bool:
@@ -104,7 +118,7 @@ class AppendPreparer:
         for new in events:
             prepared.append(self.event(new, stream_id))
             ids_given = ids_given or new.event_id is not None
-        return _joined(stream_id, expected_version, prepared, ids_given)
+        return PreparedAppend(stream_id, expected_version, prepared, ids_given)
 
     def event(self, new: NewEvent, stream_id: str | None = None) -> PreparedEvent:
         """Validate one event completely and fix its id (drawn now when it has none)."""
@@ -146,7 +160,7 @@ def prepared_append(
                 f"stream {stream_id!r}: expected a PreparedEvent (from Store.prepare), got "
                 f"{type(event).__name__}"
             )
-    return _joined(stream_id, expected_version, list(events), ids_given=True)
+    return PreparedAppend(stream_id, expected_version, list(events), ids_given=True)
 
 
 def _check_target(stream_id: object, expected_version: object) -> None:
@@ -176,11 +190,3 @@ def _non_empty_sequence(value: object, refused: tuple[type, ...] = ()) -> bool:
     if type(value) is not list and (isinstance(value, refused) or not isinstance(value, Sequence)):
         return False
     return bool(value)
-
-
-def _joined(
-    stream_id: str, expected_version: int | None, events: list[PreparedEvent], ids_given: bool
-) -> PreparedAppend:
-    if len(events) > 1 and len({e.event_id for e in events}) != len(events):
-        raise EventValidationError(f"stream {stream_id!r}: duplicate event_id within one append")
-    return PreparedAppend(stream_id, expected_version, events, ids_given)

@@ -7,8 +7,6 @@ Every method checks its arguments and hands the work to the module whose job it 
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Self
@@ -26,6 +24,7 @@ from trm_store.prepare import (
     AppendPreparer,
     PreparedEvent,
     check_items,
+    origin,
     prepared_append,
 )
 from trm_store.projection_rebuild import rebuild, verify
@@ -47,7 +46,7 @@ class Store:
         self._backend = backend
         self._projections = ProjectionSet(projections)
         self._batch_size = batch_size
-        self._prepare = AppendPreparer({"host": socket.gethostname(), "pid": os.getpid()})
+        self._prepare = AppendPreparer(origin())
         self._append = Appender(backend, self._projections).append
 
     # -- properties -----------------------------------------------------------------------------
@@ -81,8 +80,9 @@ class Store:
 
         expected_version: None = any version, 0 = the stream must not exist yet, n = the stream
         must be at version n; otherwise ConcurrencyError and nothing is written. Re-appending
-        events whose event_ids are all recorded already returns the recorded events (a retried
-        append is exactly-once).
+        the very same events (their ids recorded, each with the same stream, type, data and
+        meta) returns the recorded events: a retried append is exactly-once. Any other use of a
+        recorded id raises EventIdConflictError (`trm_store.event_reuse`).
         """
         return self._append([self._prepare((stream_id, events, expected_version))])
 
@@ -108,7 +108,8 @@ class Store:
         """Append events made by `prepare` to one stream in one transaction, as `append` does.
 
         Their ids were fixed by `prepare`: appending the same events again (a retry after an
-        error) returns the recorded events instead of writing them twice.
+        error) returns the recorded events instead of writing them twice; to another stream,
+        EventIdConflictError.
         """
         return self._append([prepared_append(stream_id, events, expected_version)])
 

@@ -14,6 +14,7 @@ from sqlalchemy.exc import DBAPIError
 from tests.store.helpers import TOTALS, added, replayed_totals, totals
 from trm_store import (
     ConcurrencyError,
+    EventIdConflictError,
     EventValidationError,
     NewEvent,
     Store,
@@ -79,7 +80,7 @@ def test_event_ids_are_stored_in_normal_form_whatever_form_they_are_given_in(
 def test_partly_recorded_event_ids_are_refused_and_write_nothing(store: Store) -> None:
     known = str(uuid.uuid4())
     store.append("s", [added(1, event_id=known)])
-    with pytest.raises(EventValidationError, match="recorded already"):
+    with pytest.raises(EventIdConflictError, match=f"event_id {known} names event 1 of stream 's'"):
         store.append("s", [added(1, event_id=known), added(2)])
     assert store.head_position() == 1
 
