@@ -8,7 +8,7 @@ next position under it makes position order equal commit order, with no gaps.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from sqlalchemy import URL, Connection, Engine, Table, create_engine, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError, ProgrammingError
 from trm_store.driver import DriverSql, execute
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
+from trm_store.rebuild_lock import RebuildLock, advisory_rebuild_lock
 
 __all__ = ["PostgresBackend"]
 
@@ -53,14 +54,24 @@ class PostgresBackend:
         )
 
     @contextmanager
-    def write_transaction(self) -> Iterator[Connection]:
-        if self.read_only:
-            raise ReadOnlyStoreError(f"store {self.describe()} was opened read_only=True")
-        with self.engine.connect() as conn, conn.begin():
+    def write_transaction(self, conn: Connection | None = None) -> Iterator[Connection]:
+        self._refuse_if_read_only()
+        with (
+            nullcontext(conn) if conn is not None else self.engine.connect() as conn,
+            conn.begin(),
+        ):
             execute(conn, _APPEND_LOCK, {})
             yield conn
 
     append_transaction = write_transaction
+
+    def rebuild_lock(self, *, wait: bool) -> AbstractContextManager[RebuildLock | None]:
+        self._refuse_if_read_only()
+        return advisory_rebuild_lock(self.engine, wait=wait)
+
+    def _refuse_if_read_only(self) -> None:
+        if self.read_only:
+            raise ReadOnlyStoreError(f"store {self.describe()} was opened read_only=True")
 
     def close(self) -> None:
         self.engine.dispose()
