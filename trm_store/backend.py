@@ -46,9 +46,12 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release every connection (a later transaction opens new ones)."""
 
-    def read_transaction(self, lock: Sequence[Table] = ()) -> AbstractContextManager[Connection]:
+    def read_transaction(
+        self, lock: Sequence[Table] = (), conn: Connection | None = None
+    ) -> AbstractContextManager[Connection]:
         """A transaction that sees one consistent snapshot, in which `lock` (tables a rebuild
-        may swap) are read as they were when it began or as the swap left them, never between."""
+        may swap) are read as they were when it began or as the swap left them, never between
+        (on `conn`, a connection of the caller's own, when given)."""
 
     def translate(self, error: Exception) -> StoreError | None:
         """The typed error for a driver error this backend understands, else None."""

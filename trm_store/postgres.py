@@ -77,7 +77,9 @@ class PostgresBackend:
         self.engine.dispose()
 
     @contextmanager
-    def read_transaction(self, lock: Sequence[Table] = ()) -> Iterator[Connection]:
+    def read_transaction(
+        self, lock: Sequence[Table] = (), conn: Connection | None = None
+    ) -> Iterator[Connection]:
         """REPEATABLE READ, its snapshot taken after `lock` is locked in ACCESS SHARE mode.
 
         A rebuild renames a new table in under an exclusive lock. A reader whose snapshot came
@@ -86,7 +88,7 @@ class PostgresBackend:
         the swap, whose rows its snapshot then sees. (LOCK takes no snapshot; the first query
         does.)
         """
-        with self.engine.connect() as conn:
+        with nullcontext(conn) if conn is not None else self.engine.connect() as conn:
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
                 if lock:

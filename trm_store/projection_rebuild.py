@@ -8,7 +8,8 @@ writer; the swap checks the lock is still held. A rebuild that dies leaves the p
 `rebuilding`, and the next writable open that gets the lock rebuilds it again.
 
 A verify needs no lock: it fills TEMP tables on a connection of its own, which nobody else sees
-and which vanish with the connection (a killed verify leaves nothing behind).
+and which vanish with the connection (a killed verify leaves nothing behind), and it compares
+them with the live tables in one read snapshot.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, MetaData, Table, func, select, text
 
 from trm_store.backend import Backend
+from trm_store.errors import ReadOnlyStoreError
 from trm_store.events import RecordedEvent
 from trm_store.log import events_after, head
 from trm_store.projection_runner import Progress, ProjectionSet, WriteTransaction
@@ -74,20 +76,27 @@ def verify(
     batch_size: int,
     progress: Progress | None = None,
 ) -> list[str]:
-    """Differences between the live tables and a rebuild from scratch (empty: consistent)."""
+    """Differences between the live tables and a rebuild from scratch (empty: consistent).
+
+    It writes only TEMP tables, in read transactions: no writer waits for it, and its final
+    comparison reads the log, `projection_state` and the live tables in one snapshot.
+    """
+    if backend.read_only:
+        raise ReadOnlyStoreError(f"store {backend.describe()} was opened read_only=True")
     chosen = list(projections.projections.values())
+    live = [t for p in chosen for t in projections.live[p.name].values()]
     with _private_connection(backend) as private:
 
-        def write() -> AbstractContextManager[Connection]:
-            return backend.write_transaction(private)
+        def read(lock: Sequence[Table] = ()) -> AbstractContextManager[Connection]:
+            return backend.read_transaction(lock, private)
 
-        temp = MetaData(schema=_TEMP_SCHEMA[private.dialect.name])
-        scratch = {p.name: p.define(temp, VERIFY_SUFFIX) for p in chosen}
-        with write() as conn:
+        temp = _TEMP_SCHEMA[private.dialect.name]
+        scratch = {p.name: _moved(p.define(MetaData(), VERIFY_SUFFIX), temp) for p in chosen}
+        with read() as conn:
             _create(conn, scratch, replace=False)
-        filled = _fill_scratch(write, chosen, scratch, batch_size, progress)
+        filled = _fill_scratch(read, chosen, scratch, batch_size, progress)
         differences: list[str] = []
-        with write() as conn:
+        with read(live) as conn:
             last = head(conn)
             _finish_scratch(conn, chosen, filled, last, batch_size)
             stale = projections.stale(conn)
@@ -95,9 +104,9 @@ def verify(
                 if p.name in stale:
                     differences.append(f"{p.name}: {stale[p.name]}")
                     continue
-                for logical, live in projections.live[p.name].items():
+                for logical, table in projections.live[p.name].items():
                     differences.extend(
-                        _diff(conn, f"{p.name}.{logical}", live, scratch[p.name][logical])
+                        _diff(conn, f"{p.name}.{logical}", table, scratch[p.name][logical])
                     )
     return differences
 
@@ -111,6 +120,13 @@ def _private_connection(backend: Backend) -> Iterator[Connection]:
     finally:
         conn.invalidate()
         conn.close()
+
+
+def _moved(tables: Mapping[str, Table], schema: str) -> dict[str, Table]:
+    """Copies of one projection's `tables` (indexes included) in `schema`, whatever MetaData
+    its `define` put them in."""
+    metadata = MetaData()
+    return {logical: t.to_metadata(metadata, schema=schema) for logical, t in tables.items()}
 
 
 def _create(conn: Connection, scratch: Mapping[str, Mapping[str, Table]], *, replace: bool) -> None:

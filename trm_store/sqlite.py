@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -164,10 +164,15 @@ class SqliteBackend:
         self.engine.dispose()
 
     @contextmanager
-    def read_transaction(self, lock: Sequence[Table] = ()) -> Iterator[Connection]:
+    def read_transaction(
+        self, lock: Sequence[Table] = (), conn: Connection | None = None
+    ) -> Iterator[Connection]:
         """A WAL snapshot, taken at the first read. `lock` needs nothing here: a reader keeps
         the schema and the tables of its snapshot across a rebuild's rename."""
-        with self.engine.connect() as conn, conn.begin():
+        with (
+            nullcontext(conn) if conn is not None else self.engine.connect() as conn,
+            conn.begin(),
+        ):
             yield conn
 
     def translate(self, error: Exception) -> StoreError | None:

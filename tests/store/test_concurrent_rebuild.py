@@ -165,13 +165,18 @@ def _scratch_relations(url: str) -> list[str]:
 
 def test_verifies_use_scratch_space_of_their_own(store_url: str) -> None:
     _seed(store_url)
-    with _hanging("verify-then-hang", store_url) as child, open_store(store_url) as store:
+    with _hanging("verify-then-hang", store_url) as child:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
+    assert _scratch_relations(store_url) == []  # a killed verify leaves nothing behind
+    with (
+        _hanging("verify-then-hang", store_url),
+        open_store(store_url, projections=_projections()) as store,
+    ):
         # Another verify, meanwhile, does not touch the hanging one's scratch, nor it this one's.
         assert store.verify_projections() == []
         store.append("s-extra", [added(5)])
         assert store.verify_projections() == []
-        child.send_signal(signal.SIGKILL)
-    assert _scratch_relations(store_url) == []
     with open_store(store_url, projections=_projections()) as store:
         _consistent(store)
 
