@@ -27,7 +27,7 @@ from sqlalchemy import Connection, Engine, text
 
 from trm_store.errors import StoreError
 
-__all__ = ["RebuildLock", "advisory_rebuild_lock", "file_rebuild_lock"]
+__all__ = ["RebuildLock", "advisory_key", "advisory_rebuild_lock", "file_rebuild_lock"]
 
 REBUILD_LOCK_NAMESPACE = 0x74726D  # "trm"; with a second key: another key space than appends'
 
@@ -68,6 +68,11 @@ def file_rebuild_lock(database: Path, *, wait: bool) -> Iterator[RebuildLock | N
         os.close(fd)
 
 
+def advisory_key(schema: str) -> int:
+    """The second key of the rebuild lock of the store in `schema` (a non-negative int4)."""
+    return zlib.crc32(schema.encode()) & 0x7FFFFFFF
+
+
 _HOLDS = text(
     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
     " AND classid = :k1 AND objid = :k2 AND objsubid = 2 AND pid = :pid"
@@ -93,7 +98,7 @@ def advisory_rebuild_lock(engine: Engine, *, wait: bool) -> Iterator[RebuildLock
     conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
     try:
         schema, pid = conn.execute(text("SELECT current_schema(), pg_backend_pid()")).one()
-        key = zlib.crc32(str(schema).encode()) & 0x7FFFFFFF
+        key = advisory_key(schema)
         params = {"k1": REBUILD_LOCK_NAMESPACE, "k2": key}
         if wait:
             conn.execute(text("SELECT pg_advisory_lock(:k1, :k2)"), params)

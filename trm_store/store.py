@@ -196,10 +196,10 @@ class Store:
         with self._reading() as conn:
             wanted = self._projections.needing_rebuild(conn)
             unbuilt = self._projections.unbuilt(conn)
-        applied = self._rebuild(None, wait=False) if wanted else {}
-        if applied is None:  # a live owner is rebuilding: wait only for what cannot be served
-            applied = self._rebuild(None, wait=True) if set(wanted) & set(unbuilt) else None
-        applied = dict(applied or {})
+        rebuilt = self._rebuild(None, wait=False) if wanted else {}
+        if rebuilt is None and set(wanted) & set(unbuilt):  # a live owner has what cannot be
+            rebuilt = self._rebuild(None, wait=True)  # served: wait for it, then finish
+        applied = dict(rebuilt or {})
         applied.update(self._projections.catch_up(self.write_transaction, self._batch_size))
         return applied
 

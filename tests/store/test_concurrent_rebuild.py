@@ -21,9 +21,10 @@ from sqlalchemy import create_engine, text
 
 from tests.store.helpers import Totals, TotalsV2, added, replayed_totals, totals
 from trm_store import Projection, Store, domain, open_store
-from trm_store.errors import StaleProjectionError
+from trm_store.errors import StaleProjectionError, StoreError
 from trm_store.projection_state import statuses
 from trm_store.projections import registered_projections
+from trm_store.rebuild_lock import REBUILD_LOCK_NAMESPACE, advisory_key
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDED = 1500
@@ -200,7 +201,7 @@ def test_an_opener_at_a_new_version_waits_for_a_live_rebuild_to_it(store_url: st
             target=lambda: opened.append(open_store(store_url, projections=new))
         )
         opener.start()
-        opener.join(timeout=3)
+        opener.join(timeout=15)  # longer than a rebuild of the seeded log takes here
         assert opener.is_alive() and not opened, "the opener rebuilt over the live rebuild"
         child.send_signal(signal.SIGKILL)
         opener.join(timeout=120)
@@ -208,3 +209,37 @@ def test_an_opener_at_a_new_version_waits_for_a_live_rebuild_to_it(store_url: st
         with opened[0] as store:
             _consistent(store)
             assert store.rebuild_projections("test_totals") == {"test_totals": SEEDED}
+
+
+def test_a_rebuild_whose_lock_session_ended_is_not_swapped_in(pg_url: str) -> None:
+    """The lock is lost with its session (here ended by the server, as a network cut would): the
+    swap checks it still holds it, so a rebuild that may have a rival by now swaps nothing in."""
+    _seed(pg_url)
+    admin = create_engine(pg_url)
+
+    ended_already: list[bool] = []
+
+    def end_the_lock_session(_n: int) -> None:
+        if ended_already:
+            return
+        ended_already.append(True)
+        with admin.begin() as conn:
+            key = advisory_key(conn.execute(text("SELECT current_schema()")).scalar_one())
+            ended = conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'"
+                    " AND classid = :k1 AND objid = :k2 AND objsubid = 2"
+                ),
+                {"k1": REBUILD_LOCK_NAMESPACE, "k2": key},
+            )
+            assert ended.scalars().all() == [True]
+
+    try:
+        with open_store(pg_url, projections=_projections()) as store:
+            with pytest.raises(StoreError, match="lost its lock"):
+                store.rebuild_projections(progress=end_the_lock_session)
+            assert set(_status(store).values()) == {"rebuilding"}
+        with open_store(pg_url, projections=_projections()) as store:  # the next opener redoes it
+            _consistent(store)
+    finally:
+        admin.dispose()
