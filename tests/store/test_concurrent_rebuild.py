@@ -82,6 +82,7 @@ def _consistent(store: Store) -> None:
     assert set(_status(store).values()) == {"ready"}
 
 
+@pytest.mark.slow
 def test_processes_opening_rebuilding_and_verifying_while_others_append(store_url: str) -> None:
     _seed(store_url)
     plan = [
@@ -105,6 +106,7 @@ def test_processes_opening_rebuilding_and_verifying_while_others_append(store_ur
         _consistent(store)
 
 
+@pytest.mark.slow
 def test_an_opener_serves_during_a_live_rebuild_and_a_second_rebuild_waits(
     store_url: str,
 ) -> None:
@@ -133,6 +135,7 @@ def test_an_opener_serves_during_a_live_rebuild_and_a_second_rebuild_waits(
             _consistent(store)
 
 
+@pytest.mark.slow
 def test_the_next_opener_redoes_a_rebuild_killed_mid_way(store_url: str) -> None:
     _seed(store_url)
     with _hanging("rebuild-then-hang", store_url) as child:
@@ -164,6 +167,7 @@ def _scratch_relations(url: str) -> list[str]:
         engine.dispose()
 
 
+@pytest.mark.slow
 def test_verifies_use_scratch_space_of_their_own(store_url: str) -> None:
     _seed(store_url)
     with _hanging("verify-then-hang", store_url) as child:
@@ -182,6 +186,7 @@ def test_verifies_use_scratch_space_of_their_own(store_url: str) -> None:
         _consistent(store)
 
 
+@pytest.mark.slow
 def test_an_opener_at_a_new_version_waits_for_a_live_rebuild_to_it(store_url: str) -> None:
     """A projection whose version changed cannot be served from its old tables: a writable
     opener waits for the live owner (then has nothing left to rebuild), a read-only reader is
@@ -211,6 +216,7 @@ def test_an_opener_at_a_new_version_waits_for_a_live_rebuild_to_it(store_url: st
             assert store.rebuild_projections("test_totals") == {"test_totals": SEEDED}
 
 
+@pytest.mark.slow
 def test_a_rebuild_whose_lock_session_ended_is_not_swapped_in(pg_url: str) -> None:
     """The lock is lost with its session (here ended by the server, as a network cut would): the
     swap checks it still holds it, so a rebuild that may have a rival by now swaps nothing in."""
