@@ -98,7 +98,7 @@ def advisory_rebuild_lock(engine: Engine, *, wait: bool) -> Iterator[RebuildLock
     conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
     try:
         schema, pid = conn.execute(text("SELECT current_schema(), pg_backend_pid()")).one()
-        key = advisory_key(schema)
+        key = advisory_key(schema or "")  # no schema: no tables either, any key will do
         params = {"k1": REBUILD_LOCK_NAMESPACE, "k2": key}
         if wait:
             conn.execute(text("SELECT pg_advisory_lock(:k1, :k2)"), params)
