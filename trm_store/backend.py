@@ -16,6 +16,7 @@ from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from trm_store.errors import StoreError
+from trm_store.rebuild_lock import RebuildLock
 
 __all__ = ["Backend", "Durability", "reading", "store_error", "writing"]
 
@@ -28,19 +29,29 @@ class Backend(Protocol):
     engine: Engine
     read_only: bool
 
-    def write_transaction(self) -> AbstractContextManager[Connection]:
-        """A transaction that holds the store's single writer lock until it ends."""
+    def write_transaction(
+        self, conn: Connection | None = None
+    ) -> AbstractContextManager[Connection]:
+        """A transaction that holds the store's single writer lock until it ends (on `conn`,
+        a connection of the caller's own, when given)."""
 
     def append_transaction(self) -> AbstractContextManager[Connection]:
         """`write_transaction` for an append, whose statements go to the driver
         (`trm_store.driver`): the backend may skip SQLAlchemy's own transaction bookkeeping."""
 
+    def rebuild_lock(self, *, wait: bool) -> AbstractContextManager[RebuildLock | None]:
+        """Own the store's projection rebuilds for the block (`trm_store.rebuild_lock`): None
+        when `wait` is False and a live process holds the lock."""
+
     def close(self) -> None:
         """Release every connection (a later transaction opens new ones)."""
 
-    def read_transaction(self, lock: Sequence[Table] = ()) -> AbstractContextManager[Connection]:
+    def read_transaction(
+        self, lock: Sequence[Table] = (), conn: Connection | None = None
+    ) -> AbstractContextManager[Connection]:
         """A transaction that sees one consistent snapshot, in which `lock` (tables a rebuild
-        may swap) are read as they were when it began or as the swap left them, never between."""
+        may swap) are read as they were when it began or as the swap left them, never between
+        (on `conn`, a connection of the caller's own, when given)."""
 
     def translate(self, error: Exception) -> StoreError | None:
         """The typed error for a driver error this backend understands, else None."""

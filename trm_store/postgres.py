@@ -8,7 +8,7 @@ next position under it makes position order equal commit order, with no gaps.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from threading import BoundedSemaphore
 
 from sqlalchemy import URL, Connection, Engine, Table, create_engine, text
@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError, ProgrammingError
 from trm_store.driver import DriverSql, execute
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
+from trm_store.rebuild_lock import RebuildLock, advisory_rebuild_lock
 
 __all__ = ["PostgresBackend"]
 
@@ -62,20 +63,34 @@ class PostgresBackend:
         self._writer_slots = BoundedSemaphore(WRITER_SLOTS)
 
     @contextmanager
-    def write_transaction(self) -> Iterator[Connection]:
-        if self.read_only:
-            raise ReadOnlyStoreError(f"store {self.describe()} was opened read_only=True")
-        with self._writer_slots, self.engine.connect() as conn, conn.begin():
+    def write_transaction(self, conn: Connection | None = None) -> Iterator[Connection]:
+        self._refuse_if_read_only()
+        # A caller's own connection (a rebuild's) is not one of the writers' share of the pool.
+        with (
+            nullcontext() if conn is not None else self._writer_slots,
+            nullcontext(conn) if conn is not None else self.engine.connect() as conn,
+            conn.begin(),
+        ):
             execute(conn, _APPEND_LOCK, {})
             yield conn
 
     append_transaction = write_transaction
 
+    def rebuild_lock(self, *, wait: bool) -> AbstractContextManager[RebuildLock | None]:
+        self._refuse_if_read_only()
+        return advisory_rebuild_lock(self.engine, wait=wait)
+
+    def _refuse_if_read_only(self) -> None:
+        if self.read_only:
+            raise ReadOnlyStoreError(f"store {self.describe()} was opened read_only=True")
+
     def close(self) -> None:
         self.engine.dispose()
 
     @contextmanager
-    def read_transaction(self, lock: Sequence[Table] = ()) -> Iterator[Connection]:
+    def read_transaction(
+        self, lock: Sequence[Table] = (), conn: Connection | None = None
+    ) -> Iterator[Connection]:
         """REPEATABLE READ, its snapshot taken after `lock` is locked in ACCESS SHARE mode.
 
         A rebuild renames a new table in under an exclusive lock. A reader whose snapshot came
@@ -84,7 +99,7 @@ class PostgresBackend:
         the swap, whose rows its snapshot then sees. (LOCK takes no snapshot; the first query
         does.)
         """
-        with self.engine.connect() as conn:
+        with nullcontext(conn) if conn is not None else self.engine.connect() as conn:
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
                 if lock:

@@ -2,82 +2,139 @@
 
 Rebuilds go into scratch tables (committed batch by batch, so memory is bounded by a batch) and
 are renamed into place with one transaction under the writer lock: readers see the old table or
-the new one, never a half-built one. A rebuild that dies leaves the projection marked
-`rebuilding`, and the next writable open rebuilds it again.
+the new one, never a half-built one. A rebuild runs only while its caller holds the store's
+rebuild lock (`trm_store.rebuild_lock`), so the scratch tables, whose names are fixed, have one
+writer; the swap checks the lock is still held. A rebuild that dies leaves the projection marked
+`rebuilding`, and the next writable open that gets the lock rebuilds it again.
+
+A verify needs no lock: it fills TEMP tables on a connection of its own, which nobody else sees
+and which vanish with the connection (a killed verify leaves nothing behind), and it compares
+them with the live tables in one read snapshot.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, MetaData, Table, func, select, text
 
+from trm_store.backend import Backend
+from trm_store.errors import ReadOnlyStoreError
 from trm_store.events import RecordedEvent
 from trm_store.log import events_after, head
 from trm_store.projection_runner import Progress, ProjectionSet, WriteTransaction
 from trm_store.projection_state import mark_rebuilding, of_types, set_status
 from trm_store.projections import Projection
+from trm_store.rebuild_lock import RebuildLock
 
 __all__ = ["paused_cyclic_gc", "rebuild", "verify"]
 
 REBUILD_SUFFIX = "__rebuild"
 VERIFY_SUFFIX = "__verify"
+_TEMP_SCHEMA = {"sqlite": "temp", "postgresql": "pg_temp"}
+"""Where each database creates a table that only its connection sees and that dies with it."""
 
 
 def rebuild(
     projections: ProjectionSet,
     write: WriteTransaction,
+    owner: RebuildLock,
     names: Collection[str],
     batch_size: int,
     progress: Progress | None = None,
 ) -> dict[str, int]:
-    """Rebuild `names` from the log in one pass, then swap them in; name -> events applied."""
+    """Rebuild `names` from the log in one pass, then swap them in; name -> events applied.
+
+    The caller holds the rebuild lock `owner` throughout.
+    """
     chosen = [projections.projections[n] for n in names]
     if not chosen:
         return {}
+    scratch = {p.name: p.define(MetaData(), REBUILD_SUFFIX) for p in chosen}
     with write() as conn:
         for p in chosen:
             mark_rebuilding(conn, p.name)
-    scratch = _fill_scratch(write, chosen, REBUILD_SUFFIX, batch_size, progress)
+        _create(conn, scratch, replace=True)  # what a killed owner left is dropped
+    filled = _fill_scratch(write, chosen, scratch, batch_size, progress)
     with write() as conn:
+        owner.confirm(conn)
         last = head(conn)
-        counts = _finish_scratch(conn, chosen, scratch, last, batch_size)
+        counts = _finish_scratch(conn, chosen, filled, last, batch_size)
         for p in chosen:
             for logical, table in p.define(MetaData(), "").items():
-                _swap(conn, scratch.tables[p.name][logical], table)
+                _swap(conn, scratch[p.name][logical], table)
             set_status(conn, p.name, p.version, last, "ready")
     return counts
 
 
 def verify(
     projections: ProjectionSet,
-    write: WriteTransaction,
+    backend: Backend,
     batch_size: int,
     progress: Progress | None = None,
 ) -> list[str]:
-    """Differences between the live tables and a rebuild from scratch (empty: consistent)."""
+    """Differences between the live tables and a rebuild from scratch (empty: consistent).
+
+    It writes only TEMP tables, in read transactions: no writer waits for it, and its final
+    comparison reads the log, `projection_state` and the live tables in one snapshot.
+    """
+    if backend.read_only:
+        raise ReadOnlyStoreError(f"store {backend.describe()} was opened read_only=True")
     chosen = list(projections.projections.values())
-    scratch = _fill_scratch(write, chosen, VERIFY_SUFFIX, batch_size, progress)
-    differences: list[str] = []
-    with write() as conn:
-        last = head(conn)
-        _finish_scratch(conn, chosen, scratch, last, batch_size)
-        stale = projections.stale(conn)
-        for p in chosen:
-            if p.name in stale:
-                differences.append(f"{p.name}: {stale[p.name]}")
-                continue
-            for logical, live in projections.live[p.name].items():
-                differences.extend(
-                    _diff(conn, f"{p.name}.{logical}", live, scratch.tables[p.name][logical])
-                )
-        for tables in scratch.tables.values():
-            for table in tables.values():
-                table.drop(conn)
+    live = [t for p in chosen for t in projections.live[p.name].values()]
+    with _private_connection(backend) as private:
+
+        def read(lock: Sequence[Table] = ()) -> AbstractContextManager[Connection]:
+            return backend.read_transaction(lock, private)
+
+        temp = _TEMP_SCHEMA[private.dialect.name]
+        scratch = {p.name: _moved(p.define(MetaData(), VERIFY_SUFFIX), temp) for p in chosen}
+        with read() as conn:
+            _create(conn, scratch, replace=False)
+        filled = _fill_scratch(read, chosen, scratch, batch_size, progress)
+        differences: list[str] = []
+        with read(live) as conn:
+            last = head(conn)
+            _finish_scratch(conn, chosen, filled, last, batch_size)
+            stale = projections.stale(conn)
+            for p in chosen:
+                if p.name in stale:
+                    differences.append(f"{p.name}: {stale[p.name]}")
+                    continue
+                for logical, table in projections.live[p.name].items():
+                    differences.extend(
+                        _diff(conn, f"{p.name}.{logical}", table, scratch[p.name][logical])
+                    )
     return differences
+
+
+@contextmanager
+def _private_connection(backend: Backend) -> Iterator[Connection]:
+    """A connection nobody else uses, closed (never pooled) at the end: its TEMP tables die."""
+    conn = backend.engine.connect()
+    try:
+        yield conn
+    finally:
+        conn.invalidate()
+        conn.close()
+
+
+def _moved(tables: Mapping[str, Table], schema: str) -> dict[str, Table]:
+    """Copies of one projection's `tables` (indexes included) in `schema`, whatever MetaData
+    its `define` put them in."""
+    metadata = MetaData()
+    return {logical: t.to_metadata(metadata, schema=schema) for logical, t in tables.items()}
+
+
+def _create(conn: Connection, scratch: Mapping[str, Mapping[str, Table]], *, replace: bool) -> None:
+    for tables in scratch.values():
+        for table in tables.values():
+            if replace:
+                table.drop(conn, checkfirst=True)
+            table.create(conn)
 
 
 @contextmanager
@@ -104,7 +161,7 @@ def paused_cyclic_gc() -> Iterator[None]:
 
 @dataclass(slots=True)
 class _Scratch:
-    tables: dict[str, dict[str, Table]]
+    tables: Mapping[str, Mapping[str, Table]]
     position: int
     counts: dict[str, int]
 
@@ -112,16 +169,11 @@ class _Scratch:
 def _fill_scratch(
     write: WriteTransaction,
     chosen: Sequence[Projection],
-    suffix: str,
+    tables: Mapping[str, Mapping[str, Table]],
     batch_size: int,
     progress: Progress | None,
 ) -> _Scratch:
-    scratch = _Scratch({p.name: p.define(MetaData(), suffix) for p in chosen}, 0, {})
-    with write() as conn:
-        for tables in scratch.tables.values():
-            for table in tables.values():
-                table.drop(conn, checkfirst=True)
-                table.create(conn)
+    scratch = _Scratch(tables, 0, {})
     while True:
         with write() as conn:
             batch = events_after(conn, scratch.position, batch_size)

@@ -15,7 +15,7 @@ from trm_store.driver import DriverSql, execute
 from trm_store.errors import StoreError
 from trm_store.events import RecordedEvent
 from trm_store.log import events_after, head
-from trm_store.projection_state import of_types, set_status, statuses
+from trm_store.projection_state import ProjectionStatus, of_types, set_status, statuses
 from trm_store.projections import Projection
 
 __all__ = ["Progress", "ProjectionSet", "WriteTransaction", "require_known"]
@@ -100,12 +100,22 @@ class ProjectionSet:
         return reasons
 
     def needing_rebuild(self, conn: Connection) -> list[str]:
-        """Projections that cannot be caught up incrementally."""
+        """Projections that cannot be caught up incrementally, or whose rebuild was asked for
+        and has not finished (`rebuilding`)."""
         found = statuses(conn)
+        unbuilt = self.unbuilt(conn, found)
+        return [n for n in self.projections if n in unbuilt or found[n].status != "ready"]
+
+    def unbuilt(
+        self, conn: Connection, found: Mapping[str, ProjectionStatus] | None = None
+    ) -> list[str]:
+        """Projections whose live tables this code cannot read: never built, or built at
+        another version (a `rebuilding` one at this version is read as it is, kept current)."""
+        found = statuses(conn) if found is None else found
         return [
             name
             for name, p in self.projections.items()
-            if (s := found.get(name)) is None or s.version != p.version or s.status != "ready"
+            if (s := found.get(name)) is None or s.version != p.version
         ]
 
     def catch_up(self, write: WriteTransaction, batch_size: int) -> dict[str, int]:
@@ -123,7 +133,8 @@ class ProjectionSet:
                 applied[name] = _replay(
                     conn, projection, self.live[name], status.checkpoint, last, batch_size
                 )
-                set_status(conn, name, projection.version, last, "ready")
+                # A `rebuilding` mark stays: the rebuild asked for is still owed.
+                set_status(conn, name, projection.version, last, status.status)
         return applied
 
 

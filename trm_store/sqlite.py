@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from trm_store.backend import Durability
 from trm_store.driver import DriverSql, execute
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
+from trm_store.rebuild_lock import RebuildLock, file_rebuild_lock
 from trm_store.sqlite_dialect import register_dialect
 from trm_store.writer_connections import WriterConnections
 
@@ -138,27 +139,40 @@ class SqliteBackend:
                 dbapi_connection.set_authorizer(_refuse_attach)
 
     @contextmanager
-    def write_transaction(self) -> Iterator[Connection]:
+    def write_transaction(self, conn: Connection | None = None) -> Iterator[Connection]:
         # SQLAlchemy's transaction begun at once: code that begins its own (alembic) joins it.
-        with self.append_transaction() as conn, conn.begin():
+        self._refuse_if_read_only()
+        with AppendTransaction(conn or self._writers.current()) as conn, conn.begin():
             yield conn
 
     def append_transaction(self) -> AppendTransaction:
         """`BEGIN IMMEDIATE` ... `COMMIT` on this thread's writer connection (see
         `AppendTransaction`)."""
+        self._refuse_if_read_only()
+        return AppendTransaction(self._writers.current())
+
+    def rebuild_lock(self, *, wait: bool) -> AbstractContextManager[RebuildLock | None]:
+        self._refuse_if_read_only()
+        return file_rebuild_lock(self.path, wait=wait)
+
+    def _refuse_if_read_only(self) -> None:
         if self.read_only:
             raise ReadOnlyStoreError(f"store {self.describe()} was opened read_only=True")
-        return AppendTransaction(self._writers.current())
 
     def close(self) -> None:
         self._writers.close()
         self.engine.dispose()
 
     @contextmanager
-    def read_transaction(self, lock: Sequence[Table] = ()) -> Iterator[Connection]:
+    def read_transaction(
+        self, lock: Sequence[Table] = (), conn: Connection | None = None
+    ) -> Iterator[Connection]:
         """A WAL snapshot, taken at the first read. `lock` needs nothing here: a reader keeps
         the schema and the tables of its snapshot across a rebuild's rename."""
-        with self.engine.connect() as conn, conn.begin():
+        with (
+            nullcontext(conn) if conn is not None else self.engine.connect() as conn,
+            conn.begin(),
+        ):
             yield conn
 
     def translate(self, error: Exception) -> StoreError | None:

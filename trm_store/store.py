@@ -196,10 +196,19 @@ class Store:
 
     def recover(self) -> dict[str, int]:
         """Rebuild projections whose version changed or whose rebuild was interrupted, then catch
-        up the ones behind the log. Returns name -> events applied."""
+        up the ones behind the log. Returns name -> events applied.
+
+        A rebuild another live process owns is left to it: its projections are served as they
+        are (their live tables, which appends keep current) when their version is this code's,
+        else this call waits for it to end. What is still needed is then rebuilt here.
+        """
         with self._reading() as conn:
-            to_rebuild = self._projections.needing_rebuild(conn)
-        applied = self._rebuild(to_rebuild, None)
+            wanted = self._projections.needing_rebuild(conn)
+            unbuilt = self._projections.unbuilt(conn)
+        rebuilt = self._rebuild(None, wait=False) if wanted else {}
+        if rebuilt is None and set(wanted) & set(unbuilt):  # a live owner has what cannot be
+            rebuilt = self._rebuild(None, wait=True)  # served: wait for it, then finish
+        applied = dict(rebuilt or {})
         applied.update(self._projections.catch_up(self.write_transaction, self._batch_size))
         return applied
 
@@ -208,27 +217,38 @@ class Store:
     ) -> dict[str, int]:
         """Rebuild projections (all, or `only` this name / these names) from the log.
 
-        Returns name -> events applied.
+        Waits for a rebuild another process owns to end first. Returns name -> events applied.
         """
         if only is None:
             names = list(self._projections.projections)
         else:
             names = [only] if isinstance(only, str) else list(only)
         require_known(self._projections.projections, names)
-        return self._rebuild(names, progress)
+        applied = self._rebuild(names, wait=True, progress=progress)
+        assert applied is not None, "a lock waited for is held"
+        return applied
 
-    def _rebuild(self, names: Collection[str], progress: Progress | None) -> dict[str, int]:
+    def _rebuild(
+        self, names: Collection[str] | None, *, wait: bool, progress: Progress | None = None
+    ) -> dict[str, int] | None:
+        """Rebuild `names` (None: those that need it, as found under the lock) holding the
+        rebuild lock; None when `wait` is False and another live process holds it."""
         try:
-            return rebuild(
-                self._projections, self.write_transaction, names, self._batch_size, progress
-            )
+            with self._backend.rebuild_lock(wait=wait) as owner:
+                if owner is None:
+                    return None
+                if names is None:
+                    with self._reading() as conn:
+                        names = self._projections.needing_rebuild(conn)
+                write, size = self.write_transaction, self._batch_size
+                return rebuild(self._projections, write, owner, names, size, progress)
         except SQLAlchemyError as e:
             raise store_error(self._backend, e) from e
 
     def verify_projections(self, *, progress: Progress | None = None) -> list[str]:
         """Rebuild every projection into scratch tables and diff them against the live ones."""
         try:
-            return verify(self._projections, self.write_transaction, self._batch_size, progress)
+            return verify(self._projections, self._backend, self._batch_size, progress)
         except SQLAlchemyError as e:
             raise store_error(self._backend, e) from e
 

@@ -93,6 +93,18 @@ class Totals(Projection):
 TOTALS = {"test_totals": Totals()}
 
 
+class TotalsV2(Totals):
+    """The same read model at a new version with a new column, as after an upgrade."""
+
+    version = 2
+
+    def extra_columns(self) -> list[Column[int]]:
+        return [Column("doubled", Integer, nullable=False)]
+
+    def extra_values(self, total: int) -> dict[str, int]:
+        return {"doubled": 2 * total}
+
+
 class GcProbe(Projection):
     """Writes nothing; notes whether Python's cyclic GC is on each time it applies a batch (and
     prints it to stderr when `report`, for a child process)."""

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 from sqlalchemy import Column, Connection, Integer, MetaData, Table, select, text, update
 
-from tests.store.helpers import TOTALS, Totals, added, replayed_totals, totals
+from tests.store.helpers import TOTALS, Totals, TotalsV2, added, replayed_totals, totals
 from trm_store import (
     Projection,
     ReadOnlyStoreError,
@@ -17,18 +17,6 @@ from trm_store import (
     open_store,
 )
 from trm_store.schema import PROJECTION_STATE
-
-
-class TotalsV2(Totals):
-    """The same read model at a new version with a new column, as after an upgrade."""
-
-    version = 2
-
-    def extra_columns(self) -> list[Column[int]]:
-        return [Column("doubled", Integer, nullable=False)]
-
-    def extra_values(self, total: int) -> dict[str, int]:
-        return {"doubled": 2 * total}
 
 
 def _state(url: str) -> dict[str, tuple[int, int, str]]:
