@@ -22,12 +22,14 @@ guarantee against that.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
 from sqlalchemy import Connection, Engine, event
 
 from trm_store.errors import ReadOnlyStoreError
+
+if TYPE_CHECKING:  # a SQLite store never imports the PostgreSQL driver
+    import psycopg
 
 __all__ = ["guard_read_only"]
 
@@ -37,7 +39,7 @@ _UNCHANGING = frozenset({"SELECT", "SHOW", "LOCK", "SAVEPOINT", "RELEASE"})
 
 def _still_read_only(cursor: psycopg.Cursor[Any]) -> bool:
     connection = cursor.connection
-    if connection.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
+    if connection.info.transaction_status.name != "INTRANS":
         return False  # the caller ended the transaction: whatever comes next is not ours
     if (cursor.statusmessage or "").split(" ", 1)[0] in _UNCHANGING:
         return True
