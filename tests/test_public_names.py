@@ -26,8 +26,10 @@ STORE_NAMES = {
     # the core's errors
     "StoreError",
     "ConcurrencyError",
+    "ForeignDatabaseError",
     "ReadOnlyStoreError",
     "SchemaVersionError",
+    "StoreURLError",
     "EventValidationError",
     "StaleProjectionError",
     # the domain facades (SPEC §6)
