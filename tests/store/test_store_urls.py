@@ -154,8 +154,8 @@ def test_any_other_query_parameter_is_refused_before_anything_is_created(
 
 def test_a_bad_url_is_a_one_line_cli_error(tmp_path: Path) -> None:
     for url in (f"sqlite:///{tmp_path}/trm.db?cache=shared", "nonsense", f"sqlite:///{tmp_path}"):
-        done = subprocess.run(
-            [sys.executable, "-m", "trm_store.cli", "runs", "--db", url],
+        done = subprocess.run(  # a writable command: it would create the file if it could
+            [sys.executable, "-m", "trm_store.cli", "replay-projections", "--db", url],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -164,6 +164,7 @@ def test_a_bad_url_is_a_one_line_cli_error(tmp_path: Path) -> None:
         assert done.returncode == 2, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 # -- PostgreSQL query parameters ---------------------------------------------------------------
