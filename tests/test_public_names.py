@@ -27,8 +27,10 @@ STORE_NAMES = {
     "StoreError",
     "ConcurrencyError",
     "EventIdConflictError",
+    "ForeignDatabaseError",
     "ReadOnlyStoreError",
     "SchemaVersionError",
+    "StoreURLError",
     "EventValidationError",
     "StaleProjectionError",
     # the domain facades (SPEC §6)

@@ -28,24 +28,30 @@ def open_store(
     auto_upgrade: bool = False,
     durability: Durability = "normal",
     projections: Mapping[str, Projection] | None = None,
+    adopt_database: bool = False,
 ) -> Store:
     """Open (creating at the head migration if new) the store at `url`.
 
     url defaults to TRM_STORE_URL, then sqlite:///trm.db. A database at an older migration raises
     SchemaVersionError naming `alembic upgrade head` unless auto_upgrade=True. read_only=True never
-    writes (SQLite `mode=ro`, PostgreSQL read-only transactions). `projections` defaults to every
-    registered projection (trm's domain read models and any the caller registered).
+    writes (SQLite `mode=ro`, PostgreSQL read-only transactions); so does a SQLite URL with
+    `mode=ro`. A database that is not a trm store but holds tables of its own raises
+    ForeignDatabaseError unless adopt_database=True, which adds trm's tables beside them.
+    `projections` defaults to every registered projection (trm's domain read models and any the
+    caller registered).
     """
     domain.load()
     backend = create_backend(default_url(url), read_only=read_only, durability=durability)
     store = Store(backend, registered_projections() if projections is None else projections)
     try:
-        if read_only:
+        if backend.read_only:  # asked for, or said by the URL (mode=ro)
             with backend.read_transaction() as conn:
-                ensure_schema(conn, auto_upgrade=False, writable=False)
+                ensure_schema(conn, auto_upgrade=False, writable=False, adopt=False)
         else:
             with backend.write_transaction() as conn:
-                ensure_schema(conn, auto_upgrade=auto_upgrade, writable=True)
+                ensure_schema(conn, auto_upgrade=auto_upgrade, writable=True, adopt=adopt_database)
+            if adopt_database:
+                backend.close()  # new connections see a trm store (SQLite: and switch to WAL)
             store.recover()
     except SQLAlchemyError as e:
         store.close()

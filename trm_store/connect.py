@@ -8,9 +8,10 @@ from sqlalchemy import make_url
 from sqlalchemy.exc import ArgumentError
 
 from trm_store.backend import Backend, Durability
-from trm_store.errors import StoreError
+from trm_store.errors import StoreError, StoreURLError
 from trm_store.postgres import PostgresBackend
 from trm_store.sqlite import SqliteBackend
+from trm_store.store_url import check_postgres_query, check_query_text
 
 __all__ = ["DEFAULT_URL", "create_backend", "default_url", "normalise_url"]
 
@@ -31,17 +32,20 @@ def normalise_url(url: str) -> str:
 
 
 def create_backend(url: str, *, read_only: bool, durability: Durability) -> Backend:
-    """The backend for `url` (sqlite or postgresql)."""
+    """The backend for `url` (sqlite or postgresql); a URL trm cannot honour as written raises
+    StoreURLError (`trm_store.store_url`)."""
     if durability not in ("normal", "full"):
         raise StoreError(f"durability must be 'normal' or 'full', got {durability!r}")
     try:
         parsed = make_url(normalise_url(url))
     except ArgumentError as e:
-        raise StoreError(f"not a database URL: {e}") from e
+        raise StoreURLError(f"not a database URL: {e}") from e
+    check_query_text(url, parsed)
     if parsed.get_backend_name() == "sqlite":
         return SqliteBackend(parsed, read_only=read_only, durability=durability)
     if parsed.get_backend_name() == "postgresql":
+        check_postgres_query(parsed)
         return PostgresBackend(parsed, read_only=read_only)
-    raise StoreError(
+    raise StoreURLError(
         f"unsupported database {parsed.get_backend_name()!r}: use sqlite or postgresql"
     )

@@ -9,6 +9,8 @@ StoreError                             the database failed, or the base of every
  ├── ConcurrencyError                  a stream was not at the expected version; nothing written
  ├── EventIdConflictError              an event id names another event already; nothing written
  ├── ReadOnlyStoreError                a write on a store opened read_only=True, or a read-only db
+ ├── StoreURLError                     a URL trm cannot honour, or a path that is no regular file
+ ├── ForeignDatabaseError              not a trm store, with tables of its own (`adopt_database`)
  ├── SchemaVersionError                the database is not at the migration head (`alembic upgrade`)
  ├── StaleProjectionError              a read model is behind the log (`trm replay-projections`)
  ├── EventValidationError              an event (data, meta, type, id) is invalid; nothing written
@@ -37,10 +39,12 @@ __all__ = [
     "ConcurrencyError",
     "EventIdConflictError",
     "EventValidationError",
+    "ForeignDatabaseError",
     "ReadOnlyStoreError",
     "SchemaVersionError",
     "StaleProjectionError",
     "StoreError",
+    "StoreURLError",
 ]
 
 
@@ -82,6 +86,14 @@ class EventIdConflictError(StoreError):
 
 class ReadOnlyStoreError(StoreError):
     """A write was attempted through a store opened with read_only=True."""
+
+
+class StoreURLError(StoreError):
+    """The store URL cannot be honoured as written; nothing was opened or created."""
+
+
+class ForeignDatabaseError(StoreError):
+    """The database is not a trm store and holds tables of its own; nothing was added to it."""
 
 
 class SchemaVersionError(StoreError):

@@ -11,7 +11,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect
 
-from trm_store.errors import SchemaVersionError
+from trm_store.errors import ForeignDatabaseError, SchemaVersionError
 
 __all__ = ["alembic_config", "ensure_schema", "head_revision"]
 
@@ -50,8 +50,17 @@ def _known_revisions() -> set[str]:
     return {revision.revision for revision in script.walk_revisions()}
 
 
-def ensure_schema(connection: Connection, *, auto_upgrade: bool, writable: bool) -> None:
-    """Create a new database at head; upgrade or refuse one at an older revision.
+def _foreign_tables(connection: Connection) -> list[str]:
+    """Tables and views of a database trm never created (it has no trm schema version)."""
+    inspector = inspect(connection)
+    return sorted([*inspector.get_table_names(), *inspector.get_view_names()])
+
+
+def ensure_schema(
+    connection: Connection, *, auto_upgrade: bool, writable: bool, adopt: bool
+) -> None:
+    """Create a new database at head; upgrade or refuse one at an older revision; refuse to add
+    trm's tables to a database holding others unless `adopt`.
 
     Runs inside the caller's write transaction, so two processes opening a new database at once
     cannot both create it.
@@ -68,6 +77,14 @@ def ensure_schema(connection: Connection, *, auto_upgrade: bool, writable: bool)
     is_new = current is None and not inspect(connection).has_table("events")
     if current is None and not is_new:
         raise SchemaVersionError(f"database has trm tables but no schema version; {UPGRADE_HINT}")
+    foreign = _foreign_tables(connection) if is_new and not adopt else []
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise ForeignDatabaseError(
+            f"the database is not a trm store: it holds tables of its own ({shown}); nothing "
+            "was added. Open it writable with open_store(..., adopt_database=True) to add "
+            "trm's tables beside them, or give another database"
+        )
     if not writable:
         state = "is empty" if is_new else f"is at revision {current}, this trm expects {head}"
         raise SchemaVersionError(f"read-only store {state}; {UPGRADE_HINT}")

@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError, ProgrammingError
 from trm_store.driver import DriverSql, execute
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
+from trm_store.postgres_read_only import guard_read_only
 from trm_store.rebuild_lock import RebuildLock, advisory_rebuild_lock
 
 __all__ = ["PostgresBackend"]
@@ -61,6 +62,8 @@ class PostgresBackend:
             url, connect_args=connect_args, pool_pre_ping=True, json_serializer=serialize_json
         )
         self._writer_slots = BoundedSemaphore(WRITER_SLOTS)
+        if read_only:
+            guard_read_only(self.engine, self.describe())
 
     @contextmanager
     def write_transaction(self, conn: Connection | None = None) -> Iterator[Connection]:
@@ -101,10 +104,12 @@ class PostgresBackend:
         """
         with nullcontext(conn) if conn is not None else self.engine.connect() as conn:
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
-            with conn.begin():
+            with conn.begin() as transaction:
                 if lock:
                     _lock_for_reading(conn, lock)
                 yield conn
+                if self.read_only:  # what the block changed in the session ends with it
+                    transaction.rollback()
 
     def translate(self, error: Exception) -> StoreError | None:
         if not isinstance(error, DBAPIError):

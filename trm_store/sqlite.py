@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import URL, Connection, Engine, Table, create_engine, event
 from sqlalchemy.engine.interfaces import DBAPIConnection
@@ -22,6 +22,7 @@ from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
 from trm_store.rebuild_lock import RebuildLock, file_rebuild_lock
 from trm_store.sqlite_dialect import register_dialect
+from trm_store.store_url import check_sqlite_file, sqlite_target
 from trm_store.writer_connections import WriterConnections
 
 __all__ = ["SqliteBackend"]
@@ -29,6 +30,12 @@ __all__ = ["SqliteBackend"]
 BUSY_TIMEOUT_MS = 60_000
 _BEGIN_IMMEDIATE = DriverSql("BEGIN IMMEDIATE")
 _COMMIT = DriverSql("COMMIT")
+_OURS_OR_EMPTY = (
+    "SELECT NOT EXISTS (SELECT 1 FROM sqlite_master WHERE name NOT LIKE 'sqlite%')"
+    " OR EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events')"
+)
+"""WAL is switched on for a trm store or an empty file only: a foreign database keeps its
+journal mode until `open_store(..., adopt_database=True)` has made it a trm store."""
 _WRITING = "trm_writing"
 """Marks a writer connection (in its `info`) while its write transaction is open."""
 
@@ -102,18 +109,18 @@ class SqliteBackend:
     """A SQLite file shared by any number of processes on one machine."""
 
     def __init__(self, url: URL, *, read_only: bool, durability: Durability) -> None:
-        database = url.database or ""
-        if database in ("", ":memory:"):
-            raise StoreError("the SQLite store needs a file path, not an in-memory database")
-        self.path = Path(database).expanduser().resolve()
-        self.read_only = read_only
-        if read_only:
-            if not self.path.exists():
-                raise StoreError(f"no SQLite store at {self.path}")
-            engine_url = f"sqlite+trm:///file:{self.path}?mode=ro&uri=true"
+        target = sqlite_target(url)
+        self.path = target.path
+        self.read_only = read_only = read_only or target.read_only
+        check_sqlite_file(self.path, create=not (read_only or target.must_exist))
+        if read_only:  # a URI filename: the path percent-encoded, so '?' or '#' stay in it
+            engine_url = URL.create(
+                "sqlite+trm",
+                database=f"file:{quote(str(self.path))}",
+                query={"mode": "ro", "uri": "true"},
+            )
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            engine_url = f"sqlite+trm:///{self.path}"
+            engine_url = URL.create("sqlite+trm", database=str(self.path))
         register_dialect()
         self.engine: Engine = create_engine(
             engine_url,
@@ -129,7 +136,7 @@ class SqliteBackend:
             # Transactions begin explicitly: BEGIN IMMEDIATE for writers, BEGIN by the dialect.
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
-            if writable:
+            if writable and cursor.execute(_OURS_OR_EMPTY).fetchone()[0]:
                 cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute(f"PRAGMA synchronous={synchronous}")
             cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")

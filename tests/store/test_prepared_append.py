@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -96,8 +95,8 @@ def test_append_prepared_refuses_bad_input_and_writes_nothing(
     assert store.head_position() == 0
 
 
-def test_a_read_only_store_prepares_but_refuses_to_append(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'trm.db'}"
+def test_a_read_only_store_prepares_but_refuses_to_append(store_url: str) -> None:
+    url = store_url
     open_store(url, projections=TOTALS).close()
     with open_store(url, read_only=True, projections=TOTALS) as reader:
         prepared = reader.prepare(added(1))
