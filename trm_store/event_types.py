@@ -142,10 +142,10 @@ def register_event_type(
 
 
 def event_type(name: str) -> EventType:
-    """The registered type `name`, or EventValidationError."""
+    """The registered type `name`, or EventValidationError (for a name that is no string too)."""
     try:
         return _REGISTRY[name]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: an unhashable name (a list)
         raise EventValidationError(f"unknown event type {name!r}: register it first") from None
 
 
