@@ -154,6 +154,17 @@ def test_stale_windows_agree(stores: tuple[Store, Store], days: int, year: int) 
     agree(stores, lambda s: mark_stale_gates(s, timedelta(days=days), now=now))
 
 
+def trm(*argv: str) -> list[str]:
+    """Run `trm` in a subprocess; its stderr lines, after checking it exited 2 without a
+    traceback."""
+    done = subprocess.run(
+        [sys.executable, "-m", "trm_store.cli", *argv], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    return [line for line in done.stderr.splitlines() if not line.startswith(("usage", " "))]
+
+
 @pytest.mark.parametrize("command", ["runs", "gates"])
 @pytest.mark.parametrize("seconds", ["1e12", "1e20", "8.64e13"])
 def test_cli_stale_after_out_of_range_is_one_line(
@@ -161,15 +172,22 @@ def test_cli_stale_after_out_of_range_is_one_line(
 ) -> None:
     with open_store(sqlite_url):
         pass
-    argv = [command, "--db", sqlite_url, "--stale-after", seconds, "--mark-stale"]
-    done = subprocess.run(
-        [sys.executable, "-m", "trm_store.cli", *argv],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr
-    message = [line for line in done.stderr.splitlines() if not line.startswith(("usage", " "))]
-    assert len(message) == 1, done.stderr
-    assert "stale-after" in message[0] or "older_than" in message[0]
+    (message,) = trm(command, "--db", sqlite_url, "--stale-after", seconds, "--mark-stale")
+    assert "stale-after" in message or "older_than" in message
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["runs", "--fail", "\udcff"],
+        ["runs", "--fail", "r", "--reason", "bad\udcff"],
+        ["llm-stats", "--source", "\udcff"],
+        ["gate-report", "\udcff"],
+    ],
+)
+def test_cli_text_no_backend_keeps_is_one_line(argv: list[str], sqlite_url: str) -> None:
+    """A byte that is not UTF-8 in argv arrives as a lone surrogate."""
+    with open_store(sqlite_url) as store:
+        RunLog(store, "r").__enter__()  # left running, for --fail
+    (message,) = trm(*argv, "--db", sqlite_url)
+    assert message.startswith("trm: DomainInputError: "), message

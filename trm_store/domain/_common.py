@@ -17,6 +17,7 @@ from sqlalchemy.sql.elements import ClauseElement
 
 from trm_store.domain.errors import DomainInputError
 from trm_store.driver import DriverSql, bind_processor, execute_many
+from trm_store.event_types import validation_problem
 from trm_store.vocabulary import INT64_MAX, INT64_MIN, count_problem, id_problem
 
 if TYPE_CHECKING:
@@ -111,7 +112,7 @@ def validated(model: type[M], data: Mapping[str, Any], what: str) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise DomainInputError(f"{what}: {e}") from e
+        raise DomainInputError(f"{what}: {validation_problem(e)}") from e
 
 
 def check_finite(name: str, value: object) -> float:
