@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from trm_store import NewEvent, Store, open_store
+from trm_store.domain.baseline import BaselineCache
 from trm_store.domain.diagnosis import read_diagnoses, record_diagnosis
 from trm_store.domain.gates import BLOCK_EVALUATED, STARTED, gate_info, gate_stream
 from trm_store.domain.llm_calls import breaker_transitions, llm_call, llm_stream
@@ -296,3 +297,14 @@ def test_llm_calls_keep_values(store: Store, latency: float, ttft: float | None,
         assert same(transition["at"], changed["at"])
         assert same(transition["failures"], changed["failures"])
     assert store.verify_projections() == []
+
+
+def test_a_baseline_score_of_negative_zero_reads_back_as_recorded(store: Store) -> None:
+    results = [{"question_id": "q", "correct": False, "stop_reason": "stop"}]
+    outcome = {"unit_id": "u", "score": -0.0, "n_questions": 1, "results": results}
+    BaselineCache(store).put("s", "u", outcome)
+    (event,) = event_data(store, "baseline:s", "baseline.unit_cached")
+    assert same(event["score"], 0.0)  # the sign SQLite's REAL column would drop is not recorded
+    for cached in read_twice(store, "baseline_cache", lambda: BaselineCache(store).get("s", "u")):
+        assert cached is not None and same(cached.score, event["score"])
+        assert same(cached.model_dump(mode="json")["results"], event["results"])
