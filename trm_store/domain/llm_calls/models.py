@@ -33,10 +33,10 @@ STREAM = "llm"
 
 _Short = Annotated[str, Field(min_length=1, max_length=255)]
 _Ms = Annotated[Real, Field(ge=0)]
-_TOKENS_MAX = 2**53
-"""The most tokens one attempt may discard: a call's total (at most _ATTEMPTS_MAX attempts) fits
-the projection's BIGINT column."""
-_ATTEMPTS_MAX = 1000
+_TOKENS_MAX = 2**40 - 1
+_ATTEMPTS_MAX = 2**23
+"""The most tokens one attempt may discard, and the most attempts a call records: far beyond any
+real call, and small enough that a call's total (the projection's sum) fits a BIGINT column."""
 _State = Literal["closed", "open", "half_open"]
 
 
