@@ -21,6 +21,7 @@ __all__ = [
     "event_type",
     "register_event_type",
     "registered_event_types",
+    "validation_problem",
 ]
 
 Upcaster = Callable[[int, dict[str, Any]], dict[str, Any]]
@@ -59,7 +60,9 @@ class EventType:
                 else model.__pydantic_validator__.validate_python(data)
             )
             normal: dict[str, Any] = model.__pydantic_serializer__.to_python(instance, mode="json")
-        except (ValidationError, ValueError, RecursionError) as e:
+        except ValidationError as e:
+            raise EventValidationError(f"event {self.name!r}: {validation_problem(e)}") from e
+        except (ValueError, RecursionError) as e:
             # ValueError: a non-finite float, bytes that are not UTF-8, nesting past pydantic's
             # serialisation depth.
             raise EventValidationError(f"event {self.name!r}: {e}") from e
@@ -70,6 +73,14 @@ class EventType:
         if schema_version == self.schema_version or self.upcast is None:
             return data
         return self.upcast(schema_version, data)
+
+
+def validation_problem(error: ValidationError) -> str:
+    """A pydantic error on one line (`field: why; ...`): the `trm` CLI prints a typed error as
+    one line, and pydantic's own text spans several, with a link."""
+    return "; ".join(
+        f"{'.'.join(map(str, item['loc'])) or 'value'}: {item['msg']}" for item in error.errors()
+    )
 
 
 def _refuse_non_finite(value: Any, depth: int = 0) -> None:
@@ -142,10 +153,10 @@ def register_event_type(
 
 
 def event_type(name: str) -> EventType:
-    """The registered type `name`, or EventValidationError."""
+    """The registered type `name`, or EventValidationError (for a name that is no string too)."""
     try:
         return _REGISTRY[name]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: an unhashable name (a list)
         raise EventValidationError(f"unknown event type {name!r}: register it first") from None
 
 

@@ -13,7 +13,7 @@ from trm_store.event_ids import check_event_id, new_event_id
 from trm_store.event_types import event_type
 from trm_store.events import NewEvent
 from trm_store.json_codec import JsonText, dumps_json
-from trm_store.vocabulary import ID_MAX, id_problem
+from trm_store.vocabulary import ID_MAX, count_problem, id_problem, text_problem
 
 __all__ = [
     "ORIGIN_KEYS",
@@ -25,7 +25,6 @@ __all__ = [
     "check_items",
     "origin",
     "prepared_append",
-    "storable",
 ]
 
 STREAM_ID_MAX = ID_MAX
@@ -41,17 +40,6 @@ says, so a retry from another process resends the same event (`trm_store.event_r
 def origin() -> dict[str, Any]:
     """This process's origin (host, pid), for `AppendPreparer`."""
     return {"host": socket.gethostname(), "pid": os.getpid()}
-
-
-def storable(text: str) -> bool:
-    """False for text no backend can store: NUL, or lone surrogates (not UTF-8)."""
-    if text.isascii():  # every stream id of every append: skip the encode when it is plain
-        return "\x00" not in text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return "\x00" not in text
 
 
 @dataclass(slots=True)
@@ -167,22 +155,21 @@ def _check_target(stream_id: object, expected_version: object) -> None:
     """Refuse a stream id no backend can store and an expected_version that is not one.
 
     A stream id is an id (`trm_store.vocabulary.id_problem`) that may hold control characters,
-    kept verbatim, but not what no backend stores: NUL, or text that is not valid Unicode.
+    kept verbatim, but not what no backend stores (`text_problem`: NUL, or text that is not
+    valid Unicode). An expected_version is None or a version both backends hold (0..INT64_MAX).
     """
-    problem = id_problem(stream_id, STREAM_ID_MAX, printable=False)
+    problem = id_problem(stream_id, STREAM_ID_MAX, printable=False) or _text(stream_id)
     if problem is not None:
         raise EventValidationError(f"stream_id {problem}")
-    assert isinstance(stream_id, str)  # id_problem refuses anything else
-    if not storable(stream_id):
-        raise EventValidationError("stream_id must be valid Unicode without NUL")
-    if expected_version is not None and (
-        isinstance(expected_version, bool)
-        or not isinstance(expected_version, int)
-        or expected_version < 0
-    ):
-        raise EventValidationError(
-            f"expected_version must be None or an int >= 0, got {expected_version!r}"
-        )
+    if expected_version is not None and (problem := count_problem(expected_version)):
+        raise EventValidationError(f"expected_version must be None or a version: it {problem}")
+
+
+def _text(value: object) -> str | None:
+    """`text_problem`, skipping the encode for plain ASCII (every stream id of every append)."""
+    if isinstance(value, str) and value.isascii() and "\x00" not in value:
+        return None
+    return text_problem(value)
 
 
 def _non_empty_sequence(value: object, refused: tuple[type, ...] = ()) -> bool:

@@ -6,6 +6,8 @@ projection runner at the projection's version.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -16,16 +18,38 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    Text,
+    TypeDecorator,
     UniqueConstraint,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+
+from trm_store.json_codec import dumps_json, loads_json
 
 __all__ = ["EVENTS", "METADATA", "PROJECTION_STATE", "RUN_LEASES", "JsonColumn"]
 
 METADATA = MetaData()
 
-JsonColumn = JSON().with_variant(JSONB(), "postgresql")
-"""JSON everywhere, JSONB on PostgreSQL (comparable, so projections can be diffed in SQL)."""
+
+class JsonColumn(TypeDecorator[Any]):
+    """A projection's JSON value, kept exactly: the log's canonical JSON text in a TEXT column.
+
+    Not the database's JSON types: SQLite gives a JSON column NUMERIC affinity (the text `1.0`
+    reads back as the integer 1, `-0.0` as 0, 2**63 as a float) and PostgreSQL's JSONB keeps
+    numbers as numeric (`1e16` reads back as an int, `1e300` as a 301-digit one). Canonical text
+    (`dumps_json`: sorted keys, one spelling per value) is also comparable, so live and rebuilt
+    tables can be diffed in SQL. SQL NULL stands for None.
+    """
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        return None if value is None else dumps_json(value, what="JSON column value")
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        return None if value is None else loads_json(value)
+
 
 Position = BigInteger().with_variant(Integer(), "sqlite")
 

@@ -39,7 +39,9 @@ def test_the_stream_id_rule_is_the_id_rule_without_printability_plus_storable(
     assert _accepted(stream_id) is expected
 
 
-@pytest.mark.parametrize(("stream_id", "message"), [(" ", "non-blank"), ("a\x00", "without NUL")])
+@pytest.mark.parametrize(
+    ("stream_id", "message"), [(" ", "non-blank"), ("a\x00", "contains a NUL")]
+)
 def test_a_refused_stream_id_says_why(stream_id: str, message: str) -> None:
     with pytest.raises(EventValidationError, match=message):
         PREPARE((stream_id, [added(1)], None))

@@ -7,7 +7,7 @@ import argparse
 import json
 import math
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from rich.console import Console
@@ -26,14 +26,22 @@ __all__ = [
 ]
 
 
+_SECONDS_MAX = float(timedelta.max.days * 86400)
+"""The longest threshold in whole days a timedelta holds (timedelta.max in seconds rounds up,
+as a float, past it)."""
+
+
 def seconds_arg(text: str) -> float:
-    """An argparse `type`: a finite number of seconds > 0."""
+    """An argparse `type`: a number of seconds > 0 that a timedelta holds (a threshold reaching
+    back before year 1 is refused by the domain, as a one-line error)."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    if not 0 < value <= _SECONDS_MAX:  # False for NaN too
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds > 0 and <= {_SECONDS_MAX:g}, got {text!r}"
+        )
     return value
 
 

@@ -7,9 +7,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import Connection, Row, Table, and_, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
@@ -17,14 +17,19 @@ from sqlalchemy.sql.elements import ClauseElement
 
 from trm_store.domain.errors import DomainInputError
 from trm_store.driver import DriverSql, bind_processor, execute_many
-from trm_store.vocabulary import id_problem
+from trm_store.event_types import validation_problem
+from trm_store.vocabulary import INT64_MAX, INT64_MIN, count_problem, id_problem
 
 if TYPE_CHECKING:
     from trm_store.store import Store
 
 __all__ = [
     "ID_MAX",
+    "Count",
     "DomainModel",
+    "Int64",
+    "Positive",
+    "Real",
     "as_utc",
     "check_fields",
     "check_finite",
@@ -51,6 +56,24 @@ class DomainModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
 
+def _unsigned_zero(value: float) -> float:
+    return 0.0 if value == 0 else value
+
+
+Real = Annotated[float, AfterValidator(_unsigned_zero)]
+"""A float field of an event model that a projection keeps in a FLOAT column: -0.0 is recorded
+as 0.0, because SQLite's REAL columns store a whole float as an integer and so lose the sign
+(PostgreSQL keeps it). The event then holds what both backends read back."""
+
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+"""An int field of an event model that a projection keeps in an integer (BIGINT) column: the
+range both backends hold (`trm_store.vocabulary`), refused beyond it with DomainInputError."""
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+"""An Int64 that counts (>= 0)."""
+Positive = Annotated[int, Field(ge=1, le=INT64_MAX)]
+"""An Int64 >= 1 (a block number, a pool size)."""
+
+
 def check_id(name: str, value: object) -> str:
     """A non-blank id of at most ID_MAX printable characters, else DomainInputError."""
     problem = id_problem(value, ID_MAX)
@@ -60,10 +83,12 @@ def check_id(name: str, value: object) -> str:
 
 
 def check_int(name: str, value: object, *, minimum: int) -> int:
-    """An int (not a bool) >= minimum, else DomainInputError."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise DomainInputError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
+    """An int (not a bool) in [minimum, INT64_MAX] (what both backends hold), else
+    DomainInputError."""
+    problem = count_problem(value, minimum)
+    if problem is not None:
+        raise DomainInputError(f"{name} {problem}")
+    return cast(int, value)  # count_problem accepts ints only
 
 
 def check_fields(name: str, fields: Mapping[str, Any], reserved: frozenset[str]) -> dict[str, Any]:
@@ -87,7 +112,7 @@ def validated(model: type[M], data: Mapping[str, Any], what: str) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise DomainInputError(f"{what}: {e}") from e
+        raise DomainInputError(f"{what}: {validation_problem(e)}") from e
 
 
 def check_finite(name: str, value: object) -> float:

@@ -17,7 +17,7 @@ from trm_store.events import NewEvent
 if TYPE_CHECKING:
     from trm_store.store import Store
 
-__all__ = ["append_unless_moved", "aware_now", "check_window", "holder_gone", "stale_reason"]
+__all__ = ["append_unless_moved", "aware_now", "cutoff", "holder_gone", "stale_reason"]
 
 
 def aware_now(now: object) -> datetime:
@@ -29,11 +29,19 @@ def aware_now(now: object) -> datetime:
     return now
 
 
-def check_window(older_than: object) -> timedelta:
-    """A staleness threshold: a positive timedelta, else DomainInputError."""
+def cutoff(now: object, older_than: object) -> datetime:
+    """`now - older_than`: the time before which a silent lease is stale. `now` as `aware_now`
+    takes it; `older_than` a positive timedelta reaching no further back than year 1 (what a
+    datetime, and so both backends' timestamps, hold), else DomainInputError."""
     if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
         raise DomainInputError(f"older_than must be a positive timedelta, got {older_than!r}")
-    return older_than
+    start = aware_now(now)
+    try:
+        return start - older_than
+    except OverflowError:
+        raise DomainInputError(
+            f"older_than {older_than} reaches back before year 1 from {start.isoformat()}"
+        ) from None
 
 
 def holder_gone(host: str | None, pid: int | None) -> bool:

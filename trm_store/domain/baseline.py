@@ -27,7 +27,7 @@ from sqlalchemy import (
     select,
 )
 
-from trm_store.domain._common import DomainModel, check_id, stream_id, upsert, validated
+from trm_store.domain._common import DomainModel, Real, check_id, stream_id, upsert, validated
 from trm_store.domain.errors import DomainInputError, InfraOutcomeError
 from trm_store.events import NewEvent, RecordedEvent, register_event_type
 from trm_store.projections import Projection, register_projection
@@ -73,7 +73,7 @@ class BaselineOutcome(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     unit_id: _Str
-    score: Annotated[float, Strict(), Field(ge=0.0, le=1.0)]
+    score: Annotated[Real, Strict(), Field(ge=0.0, le=1.0)]
     n_questions: Annotated[int, Strict(), Field(ge=1)]
     results: tuple[BaselineQuestion, ...]
 
@@ -106,7 +106,7 @@ class BaselineCacheProjection(Projection):
     """`baseline_units`: the outcome per (snapshot, unit); invalidation empties the snapshot."""
 
     name: ClassVar[str] = PROJECTION
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
     event_types: ClassVar[frozenset[str]] = frozenset({UNIT_CACHED, INVALIDATED})
 
     def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:

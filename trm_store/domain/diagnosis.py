@@ -44,7 +44,7 @@ class DiagnosesProjection(Projection):
     """`diagnoses`: the latest diagnosis per (run, question)."""
 
     name: ClassVar[str] = PROJECTION
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
     event_types: ClassVar[frozenset[str]] = frozenset({QUESTION_DIAGNOSED})
 
     def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from trm_store.domain._common import as_utc, validated
-from trm_store.domain._liveness import append_unless_moved, aware_now, check_window, stale_reason
+from trm_store.domain._liveness import append_unless_moved, cutoff, stale_reason
 from trm_store.domain.gates import FAILED, PROJECTION, GateFailed, gate_stream
 from trm_store.events import NewEvent
 
@@ -46,7 +46,7 @@ def stale_gates(
     store: Store, older_than: timedelta, *, now: datetime | None = None
 ) -> list[StaleGate]:
     """`running` gates whose holder on this host is gone, or silent since `now - older_than`."""
-    cutoff = aware_now(now) - check_window(older_than)
+    since = cutoff(now, older_than)
     with store.query(PROJECTION) as (conn, tables):
         gates = tables["gates"]
         rows = conn.execute(
@@ -64,7 +64,7 @@ def stale_gates(
     found = []
     for row in rows:
         last = as_utc(row.last_event_at)
-        why = stale_reason(row.host, row.pid, last, cutoff, heard="last event", silent="no event")
+        why = stale_reason(row.host, row.pid, last, since, heard="last event", silent="no event")
         if why is not None:
             found.append(StaleGate(row.gate_id, row.version, row.blocks + 1, last, why))
     return found

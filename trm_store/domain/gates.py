@@ -30,7 +30,15 @@ from sqlalchemy import (
     update,
 )
 
-from trm_store.domain._common import DomainModel, as_utc, check_id, row_by_key, stream_id
+from trm_store.domain._common import (
+    DomainModel,
+    Positive,
+    Real,
+    as_utc,
+    check_id,
+    row_by_key,
+    stream_id,
+)
 from trm_store.domain.errors import UnknownGateError
 from trm_store.events import RecordedEvent, register_event_type
 from trm_store.projections import Projection, register_projection
@@ -57,6 +65,9 @@ STREAM = "gate"
 PROJECTION = "gates"
 
 _Id = Annotated[str, Field(min_length=1, max_length=255)]
+_BlockCount = Annotated[int, Field(ge=0, lt=2**31)]
+"""A count within one block: the projection adds them up in BIGINT columns, which hold the
+totals of 2**32 such blocks (a block holds far fewer units than 2**31)."""
 Verdict = Literal["accept", "reject", "inconclusive", "infra_abort"]
 
 
@@ -64,21 +75,21 @@ class GateStarted(DomainModel):
     baseline_snapshot: _Id
     candidate_snapshot: _Id
     seed: int = Field(ge=0, lt=2**63)
-    pool_size: int = Field(ge=1)
+    pool_size: Positive
     config: dict[str, JsonValue]
 
 
 class BlockEvaluated(DomainModel):
     block: int = Field(ge=1)
     unit_ids: list[_Id] = Field(min_length=1)
-    wins: int = Field(ge=0)
-    losses: int = Field(ge=0)
-    ties: int = Field(ge=0)
+    wins: _BlockCount
+    losses: _BlockCount
+    ties: _BlockCount
     infra_baseline: list[_Id]
     infra_candidate: list[_Id]
-    baseline_cache_hits: int = Field(ge=0)
-    log_e_value: float
-    log_futility_e_value: float
+    baseline_cache_hits: _BlockCount
+    log_e_value: Real
+    log_futility_e_value: Real
     decision: Literal["continue", "accept", "reject", "inconclusive", "infra_abort"]
 
 
@@ -93,8 +104,8 @@ class GateDecided(DomainModel):
     infra_units_baseline: int = Field(ge=0)
     infra_units_candidate: int = Field(ge=0)
     baseline_cache_hits: int = Field(ge=0)
-    log_e_value: float
-    log_futility_e_value: float
+    log_e_value: Real
+    log_futility_e_value: Real
 
 
 class GateFailed(DomainModel):
@@ -125,7 +136,7 @@ class GatesProjection(Projection):
     """`gates`: one row per gate, its parameters and running totals, then its verdict."""
 
     name: ClassVar[str] = PROJECTION
-    version: ClassVar[int] = 3
+    version: ClassVar[int] = 4
     event_types: ClassVar[frozenset[str]] = frozenset({STARTED, BLOCK_EVALUATED, DECIDED, FAILED})
 
     def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
@@ -139,16 +150,16 @@ class GatesProjection(Projection):
             Column("baseline_snapshot", String(255), nullable=False),
             Column("candidate_snapshot", String(255), nullable=False),
             Column("seed", BigInteger, nullable=False),
-            Column("pool_size", Integer, nullable=False),
+            Column("pool_size", BigInteger, nullable=False),
             Column("config", JsonColumn, nullable=False),
-            Column("blocks", Integer, nullable=False),
-            Column("units_evaluated", Integer, nullable=False),
-            Column("wins", Integer, nullable=False),
-            Column("losses", Integer, nullable=False),
-            Column("ties", Integer, nullable=False),
-            Column("infra_units_baseline", Integer, nullable=False),
-            Column("infra_units_candidate", Integer, nullable=False),
-            Column("baseline_cache_hits", Integer, nullable=False),
+            Column("blocks", BigInteger, nullable=False),
+            Column("units_evaluated", BigInteger, nullable=False),
+            Column("wins", BigInteger, nullable=False),
+            Column("losses", BigInteger, nullable=False),
+            Column("ties", BigInteger, nullable=False),
+            Column("infra_units_baseline", BigInteger, nullable=False),
+            Column("infra_units_candidate", BigInteger, nullable=False),
+            Column("baseline_cache_hits", BigInteger, nullable=False),
             Column("log_e_value", Float, nullable=False),
             Column("log_futility_e_value", Float, nullable=False),
             Column("started_at", DateTime(timezone=True), nullable=False),

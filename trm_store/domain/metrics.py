@@ -33,7 +33,9 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 
 from trm_store.domain._common import (
+    Count,
     DomainModel,
+    Real,
     as_utc,
     check_id,
     check_int,
@@ -58,14 +60,14 @@ _RETRIES = 5
 
 
 class DualMetricRecorded(DomainModel):
-    epoch: int = Field(ge=0)
+    epoch: Count
     version_kind: Literal["final", "slow_candidate"]
     skills_version: str = Field(min_length=1, max_length=255)
     prompts_version: str = Field(min_length=1, max_length=255)
     pool: str = Field(min_length=1, max_length=255)
-    hard_acc: float = Field(ge=0.0, le=1.0)
-    soft_score: float | None
-    mixed_score: float | None
+    hard_acc: Real = Field(ge=0.0, le=1.0)
+    soft_score: Real | None
+    mixed_score: Real | None
 
 
 DUAL_METRIC_RECORDED = "metrics.dual_metric_recorded"
@@ -76,7 +78,7 @@ class DualMetricsProjection(Projection):
     """`dual_metrics`: one row per recorded metric, keyed by log position."""
 
     name: ClassVar[str] = PROJECTION
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
     event_types: ClassVar[frozenset[str]] = frozenset({DUAL_METRIC_RECORDED})
 
     def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
@@ -85,7 +87,7 @@ class DualMetricsProjection(Projection):
             metadata,
             Column("position", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True),
             Column("run_id", String(255), nullable=False),
-            Column("epoch", Integer, nullable=False),
+            Column("epoch", BigInteger, nullable=False),
             Column("version_kind", String(16), nullable=False),
             Column("skills_version", String(255), nullable=False),
             Column("prompts_version", String(255), nullable=False),

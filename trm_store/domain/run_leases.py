@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import delete, func, select
 
 from trm_store.domain._common import as_utc, check_id, upsert, validated
-from trm_store.domain._liveness import append_unless_moved, aware_now, check_window, stale_reason
+from trm_store.domain._liveness import append_unless_moved, aware_now, cutoff, stale_reason
 from trm_store.domain.errors import RunStateError
 from trm_store.domain.runs import FAILED, PROJECTION, Failed, run_info, run_version, stream_of
 from trm_store.errors import ConcurrencyError
@@ -61,7 +61,7 @@ def stale_runs(
     """`running` runs whose last heartbeat and last status event are both older than
     `now - older_than` (a run that never wrote a lease counts from its registration), and those
     whose lease holder (or, without a lease, registering process) was on this host and is gone."""
-    cutoff = aware_now(now) - check_window(older_than)
+    since = cutoff(now, older_than)
     with store.query(PROJECTION) as (conn, tables):
         runs = tables["runs"]
         rows = conn.execute(
@@ -84,7 +84,7 @@ def stale_runs(
             seen.append(as_utc(row.heartbeat_at))
         last = max(seen)
         heard, silent = "last heard of", "no heartbeat"
-        why = stale_reason(row.host, row.pid, last, cutoff, heard=heard, silent=silent)
+        why = stale_reason(row.host, row.pid, last, since, heard=heard, silent=silent)
         if why is not None:
             found.append(StaleRun(row.run_id, row.version, last, why))
     return found

@@ -57,7 +57,8 @@ class Registered(DomainModel):
     started_at: AwareDatetime
     config: dict[str, JsonValue] | None
     host: str
-    pid: int
+    pid: int = Field(ge=0, lt=2**31)
+    """A pid_t: what the lease check may signal (`os.kill` refuses wider ones)."""
 
 
 class PredictionRecorded(DomainModel):
@@ -109,7 +110,7 @@ class RunsProjection(Projection):
     prediction per (run, question), in the order first recorded."""
 
     name: ClassVar[str] = PROJECTION
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
     event_types: ClassVar[frozenset[str]] = frozenset(
         {REGISTERED, PREDICTION_RECORDED, COMPLETED, FAILED}
     )

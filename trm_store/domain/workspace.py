@@ -102,7 +102,7 @@ class WorkspaceProjection(Projection):
     runs recorded in it, in first-recorded order, later fields merged over earlier ones."""
 
     name: ClassVar[str] = PROJECTION
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
     event_types: ClassVar[frozenset[str]] = frozenset(
         {SCAFFOLDED, MANIFEST_UPDATED, RUN_RECORDED, BEST_UPDATED}
     )

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, JsonValue
 
-from trm_store.domain._common import DomainModel, stream_id
+from trm_store.domain._common import Count, DomainModel, Real, stream_id
 from trm_store.events import register_event_type
 
 __all__ = [
@@ -32,7 +32,11 @@ __all__ = [
 STREAM = "llm"
 
 _Short = Annotated[str, Field(min_length=1, max_length=255)]
-_Ms = Annotated[float, Field(ge=0)]
+_Ms = Annotated[Real, Field(ge=0)]
+_TOKENS_MAX = 2**40 - 1
+_ATTEMPTS_MAX = 2**23
+"""The most tokens one attempt may discard, and the most attempts a call records: far beyond any
+real call, and small enough that a call's total (the projection's sum) fits a BIGINT column."""
 _State = Literal["closed", "open", "half_open"]
 
 
@@ -42,8 +46,8 @@ class Attempt(DomainModel):
     reason: str | None = Field(max_length=255)
     status: int | None = Field(ge=100, le=599)
     latency_ms: _Ms
-    tokens_discarded: int = Field(ge=0)
-    sleep_s: float | None = Field(ge=0)
+    tokens_discarded: int = Field(ge=0, le=_TOKENS_MAX)
+    sleep_s: Real | None = Field(ge=0)
 
 
 class _Call(DomainModel):
@@ -54,7 +58,7 @@ class _Call(DomainModel):
     profile: _Short
     cache_salt: str | None = Field(max_length=1000)
     latency_ms: _Ms
-    attempts: list[Attempt]
+    attempts: list[Attempt] = Field(max_length=_ATTEMPTS_MAX)
     sanitised: list[Annotated[str, Field(max_length=255)]] = Field(default=[], max_length=32)
 
 
@@ -78,8 +82,8 @@ class CallFailed(_Call):
 class BreakerChanged(DomainModel):
     from_state: _State
     to_state: _State
-    failures: int = Field(ge=0)
-    at: float | None
+    failures: Count
+    at: Real | None
     call_id: _Short | None
 
 

@@ -39,6 +39,7 @@ from trm_store.domain.llm_calls.models import (
 from trm_store.events import RecordedEvent
 from trm_store.projections import Projection, register_projection
 from trm_store.schema import JsonColumn
+from trm_store.vocabulary import INT64_MIN, count_problem
 
 __all__ = ["PROJECTION", "LLMCallsProjection"]
 
@@ -49,7 +50,7 @@ class LLMCallsProjection(Projection):
     """`llm_calls`, `llm_breaker_transitions` and `llm_cache_problems` (see the module doc)."""
 
     name: ClassVar[str] = PROJECTION
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3
     event_types: ClassVar[frozenset[str]] = frozenset(
         {CALL_COMPLETED, CALL_FAILED, BREAKER_CHANGED} | CACHE_EVENTS
     )
@@ -75,13 +76,13 @@ class LLMCallsProjection(Projection):
             Column("cache_salt", Text, nullable=True),
             Column("attempts", Integer, nullable=False),
             Column("attempt_reasons", JsonColumn, nullable=False),  # failed attempts, in order
-            Column("tokens_discarded", Integer, nullable=False),
+            Column("tokens_discarded", BigInteger, nullable=False),
             Column("latency_ms", Float, nullable=False),
             Column("ttft_ms", Float, nullable=True),
             Column("max_inter_token_ms", Float, nullable=True),
-            Column("prompt_tokens", Integer, nullable=True),
-            Column("completion_tokens", Integer, nullable=True),
-            Column("total_tokens", Integer, nullable=True),
+            Column("prompt_tokens", BigInteger, nullable=True),
+            Column("completion_tokens", BigInteger, nullable=True),
+            Column("total_tokens", BigInteger, nullable=True),
             Column("position", BigInteger, nullable=False),
             Column("recorded_at", DateTime(timezone=True), nullable=False),
         )
@@ -93,7 +94,7 @@ class LLMCallsProjection(Projection):
             Column("source", String(255), nullable=False),
             Column("from_state", String(16), nullable=False),
             Column("to_state", String(16), nullable=False),
-            Column("failures", Integer, nullable=False),
+            Column("failures", BigInteger, nullable=False),
             Column("at", Float, nullable=True),
             Column("call_id", String(255), nullable=True),
             Column("recorded_at", DateTime(timezone=True), nullable=False),
@@ -138,8 +139,10 @@ def _source(event: RecordedEvent) -> str:
 
 
 def _usage_int(usage: Any, name: str) -> int | None:
+    """A token count of the provider's free-form `usage`, or None where it holds none: not an
+    int, or one no BIGINT column holds (the log keeps the usage as it came)."""
     value = usage.get(name) if isinstance(usage, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if count_problem(value, INT64_MIN) is None else None
 
 
 def _call_row(event: RecordedEvent) -> dict[str, Any]:
