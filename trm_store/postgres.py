@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError, ProgrammingError
 from trm_store.driver import DriverSql, execute
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
+from trm_store.wakeups import NOTIFY_APPENDED
 
 __all__ = ["PostgresBackend"]
 
@@ -60,7 +61,13 @@ class PostgresBackend:
             execute(conn, _APPEND_LOCK, {})
             yield conn
 
-    append_transaction = write_transaction
+    @contextmanager
+    def append_transaction(self) -> Iterator[Connection]:
+        """`write_transaction`, which also wakes subscribers (`trm_store.wakeups`): PostgreSQL
+        delivers the NOTIFY at commit, and never for an append that rolls back."""
+        with self.write_transaction() as conn:
+            execute(conn, NOTIFY_APPENDED, {})
+            yield conn
 
     def close(self) -> None:
         self.engine.dispose()
