@@ -3,7 +3,9 @@
 Only matching rows are read: each type is its own range of the `(type, position)` index, read in
 position order and merged by the database (one `UNION ALL` branch per type, each bounded by the
 batch's LIMIT, so a batch reads at most `len(types) * limit` index entries); a stream prefix is a
-range of the `(stream_id, stream_version)` index. Prefixes are ranges, not `LIKE`: `%`, `_` and
+range of the `(stream_id, stream_version)` index, sorted by position (so a batch costs the
+prefix's events after the cursor: a prefix that is most of the log reads faster unfiltered).
+Prefixes are ranges, not `LIKE`: `%`, `_` and
 `\\` are ordinary characters of a stream id, and a range is served by a plain index on both
 backends (stream ids compare by code point: SQLite's BINARY collation, PostgreSQL's "C").
 """
@@ -80,7 +82,10 @@ def _statement(select: str, type_count: int | None, bounded_prefix: bool | None)
     """Built once per shape (how many types, which prefix bounds)."""
     where = "position > :after AND position <= :until"
     if bounded_prefix is not None:
-        where += " AND stream_id >= :low" + (" AND stream_id < :high" if bounded_prefix else "")
+        # `+position`: not a term for the primary key, or SQLite's planner scans the whole log
+        # in position order (to skip the sort) instead of the prefix's range of stream ids.
+        where = "stream_id >= :low" + (" AND stream_id < :high" if bounded_prefix else "")
+        where += " AND +position > :after AND +position <= :until"
     order = "ORDER BY position LIMIT :limit"
     if type_count is None:
         return DriverSql(f"{select} WHERE {where} {order}")
