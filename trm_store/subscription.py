@@ -71,10 +71,10 @@ class Subscription:
     def _open(self) -> tuple[Connection, Wakeups]:
         if self._conn is None or self._wakeups is None:
             conn = self._engine.connect()
-            conn.detach()  # its own connection: closing it closes it, nothing pooled keeps LISTEN
             try:
                 if conn.dialect.name == "postgresql":
                     conn = conn.execution_options(isolation_level="REPEATABLE READ")
+                conn.detach()  # its own: closing it closes it, nothing pooled keeps LISTENing
                 self._wakeups = wakeups(conn)
             except BaseException:
                 conn.close()

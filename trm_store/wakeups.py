@@ -11,6 +11,7 @@ lost one at most a wait of `timeout`.
 from __future__ import annotations
 
 import time
+from contextlib import closing
 from typing import Any, Protocol
 
 from sqlalchemy import Connection
@@ -75,12 +76,16 @@ class _Notifications:
         self._dbapi_connection: Any = dbapi_connection
 
     def wait(self, timeout: float) -> bool:
-        notifies = self._dbapi_connection.notifies
-        for _ in notifies(timeout=timeout, stop_after=1):
-            for _ in notifies(timeout=0):  # the rest: one read answers them all
-                pass
-            return True
-        return False
+        if not self._received(timeout):
+            return False
+        while self._received(0):  # the rest too: one read answers them all
+            pass
+        return True
+
+    def _received(self, timeout: float) -> bool:
+        # Closed at once: the generator holds the connection's lock until it ends.
+        with closing(self._dbapi_connection.notifies(timeout=timeout, stop_after=1)) as notes:
+            return next(notes, None) is not None
 
 
 def wakeups(conn: Connection) -> Wakeups:
