@@ -8,7 +8,7 @@ next position under it makes position order equal commit order, with no gaps.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from sqlalchemy import URL, Connection, Engine, Table, create_engine, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
@@ -22,7 +22,9 @@ __all__ = ["PostgresBackend"]
 
 APPEND_LOCK_KEY = 0x74726D  # "trm"
 _READ_ONLY = "-c default_transaction_read_only=on"
-_APPEND_LOCK = DriverSql(f"SELECT pg_advisory_xact_lock({APPEND_LOCK_KEY})")
+_LOCK = f"pg_advisory_xact_lock({APPEND_LOCK_KEY})"
+_APPEND_LOCK = DriverSql(f"SELECT {_LOCK}")
+_APPEND_LOCK_AND_NOTIFY = DriverSql(f"SELECT {_LOCK}, {NOTIFY_APPENDED}")
 _UNDEFINED_TABLE = "42P01"
 
 
@@ -53,20 +55,21 @@ class PostgresBackend:
             url, connect_args=connect_args, pool_pre_ping=True, json_serializer=serialize_json
         )
 
+    def write_transaction(self) -> AbstractContextManager[Connection]:
+        return self._locked(_APPEND_LOCK)
+
+    def append_transaction(self) -> AbstractContextManager[Connection]:
+        """`write_transaction`, which also wakes subscribers (`trm_store.wakeups`): the statement
+        that takes the lock queues the notification too (no extra round trip); PostgreSQL
+        delivers it at commit, and never for an append that rolls back."""
+        return self._locked(_APPEND_LOCK_AND_NOTIFY)
+
     @contextmanager
-    def write_transaction(self) -> Iterator[Connection]:
+    def _locked(self, lock: DriverSql) -> Iterator[Connection]:
         if self.read_only:
             raise ReadOnlyStoreError(f"store {self.describe()} was opened read_only=True")
         with self.engine.connect() as conn, conn.begin():
-            execute(conn, _APPEND_LOCK, {})
-            yield conn
-
-    @contextmanager
-    def append_transaction(self) -> Iterator[Connection]:
-        """`write_transaction`, which also wakes subscribers (`trm_store.wakeups`): PostgreSQL
-        delivers the NOTIFY at commit, and never for an append that rolls back."""
-        with self.write_transaction() as conn:
-            execute(conn, NOTIFY_APPENDED, {})
+            execute(conn, lock, {})
             yield conn
 
     def close(self) -> None:

@@ -16,13 +16,12 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection
 
-from trm_store.driver import DriverSql
-
 __all__ = ["NOTIFY_APPENDED", "SQLITE_POLL_S", "Wakeups", "wakeups"]
 
 CHANNEL = "trm_events"
-NOTIFY_APPENDED = DriverSql(f"NOTIFY {CHANNEL}")
-"""Sent in every append's transaction on PostgreSQL (`trm_store.postgres`)."""
+NOTIFY_APPENDED = f"pg_notify('{CHANNEL}', '')"
+"""Called in every append's transaction on PostgreSQL (`trm_store.postgres`), in the statement
+that takes the writer lock."""
 
 SQLITE_POLL_S = 0.02
 """How often a SQLite subscriber checks `data_version`: one cheap pragma, no read of the log."""
