@@ -12,6 +12,7 @@ import socket
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Self
+from weakref import WeakSet
 
 from sqlalchemy import Connection, Table
 from sqlalchemy.exc import SQLAlchemyError
@@ -52,6 +53,7 @@ class Store:
         self._batch_size = batch_size
         self._prepare = AppendPreparer({"host": socket.gethostname(), "pid": os.getpid()})
         self._append = Appender(backend, self._projections).append
+        self._subscriptions: WeakSet[Subscription] = WeakSet()
 
     # -- properties -----------------------------------------------------------------------------
 
@@ -195,13 +197,15 @@ class Store:
         is committed, in position order, none skipped or repeated (see `Subscription`)."""
         after = checked_count("after_position", after_position, 0)
         log_filter = checked_filter(types, stream_prefix)
-        return Subscription(
+        subscription = Subscription(
             self._backend.engine,
             after,
             log_filter,
             self._batch_size,
             lambda e: store_error(self._backend, e),
         )
+        self._subscriptions.add(subscription)
+        return subscription
 
     def head_position(self) -> int:
         """The position of the last committed event (0 for an empty log)."""
@@ -277,7 +281,9 @@ class Store:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Release every connection."""
+        """Release every connection, the open subscriptions' too."""
+        for subscription in list(self._subscriptions):
+            subscription.close()
         self._backend.close()
 
     def __enter__(self) -> Self:

@@ -156,6 +156,15 @@ def test_ending_a_subscription_releases_its_connection(store: Store, how: str) -
     assert list(subscription) == []  # a closed subscription yields nothing more
 
 
+def test_closing_the_store_closes_its_subscriptions(store_url: str) -> None:
+    store = open_store(store_url, projections=TOTALS)
+    subscription = store.subscribe()
+    assert subscription._step() == []  # opened its connection; the log is empty
+    assert subscription._conn is not None
+    store.close()
+    assert subscription.closed and subscription._conn is None
+
+
 def test_close_from_another_thread_ends_a_waiting_loop(store: Store) -> None:
     subscription = store.subscribe()
     threading.Timer(0.3, subscription.close).start()
