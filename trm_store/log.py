@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, bindparam, text
 
@@ -12,13 +12,17 @@ from trm_store.driver import DriverSql, fetch_all
 from trm_store.event_types import registered_event_types
 from trm_store.events import RecordedEvent, recorded_event
 from trm_store.json_codec import loads_json
+from trm_store.log_filter import LogFilter
 from trm_store.schema import EVENT_COLUMNS
+from trm_store.vocabulary import INT64_MAX
 
 __all__ = [
+    "LogBatch",
     "events_after",
     "events_by_id",
     "head",
     "heads",
+    "log_batch",
     "stream_events",
     "stream_head",
 ]
@@ -123,13 +127,14 @@ _AFTER = {
     )
     for bounded in (False, True)
 }
-_AFTER_OF_TYPES = text(
-    f"{_SELECT} WHERE position > :after AND position <= :until AND type IN :types"
-    " ORDER BY position LIMIT :limit"
-).bindparams(bindparam("types", expanding=True))
-_OF_STREAM = DriverSql(
-    f"{_SELECT} WHERE stream_id = :s AND stream_version >= :v ORDER BY stream_version"
-)
+_OF_STREAM = {
+    backwards: DriverSql(
+        f"{_SELECT} WHERE stream_id = :s AND stream_version {'<=' if backwards else '>='} :v"
+        f" ORDER BY stream_version{' DESC' if backwards else ''} LIMIT :limit"
+    )
+    for backwards in (False, True)
+}
+"""Both directions are one range of the (stream_id, stream_version) index."""
 _BY_ID = text(f"{_SELECT} WHERE event_id IN :ids").bindparams(bindparam("ids", expanding=True))
 
 
@@ -143,22 +148,64 @@ def events_after(
 ) -> list[RecordedEvent]:
     """Up to `limit` events with position > `after` (and <= `until`), optionally of `types` only.
 
-    Read on the driver (`trm_store.driver`) unless `types` is given: a rebuild and `read_all`
-    read the whole log through here.
+    Read on the driver (`trm_store.driver`): a rebuild and `read_all` read the whole log here.
     """
     if types is not None:
-        until = until if until is not None else (1 << 63) - 1
-        params = {"after": after, "until": until, "types": sorted(types), "limit": limit}
-        return _recorded(conn.execute(_AFTER_OF_TYPES, params))
+        last = until if until is not None else INT64_MAX
+        return filtered_after(conn, LogFilter.of(types, None), after, last, limit)
     if until is None:
         return _recorded(fetch_all(conn, _AFTER[False], {"after": after, "limit": limit}))
     params = {"after": after, "until": until, "limit": limit}
     return _recorded(fetch_all(conn, _AFTER[True], params))
 
 
-def stream_events(conn: Connection, stream_id: str, from_version: int) -> list[RecordedEvent]:
-    """The events of one stream from `from_version` on."""
-    return _recorded(fetch_all(conn, _OF_STREAM, {"s": stream_id, "v": from_version}))
+def filtered_after(
+    conn: Connection, log_filter: LogFilter | None, after: int, until: int, limit: int
+) -> list[RecordedEvent]:
+    """Up to `limit` events matching `log_filter` with position in (after, until]."""
+    if log_filter is None:
+        return events_after(conn, after, limit, until=until)
+    statement = log_filter.statement(_SELECT)
+    return _recorded(fetch_all(conn, statement, log_filter.params(after, until, limit)))
+
+
+class LogBatch(NamedTuple):
+    """A batch of a log read and where the next one starts."""
+
+    events: list[RecordedEvent]
+    cursor: int
+    """Every matching event up to here is in this batch or an earlier one."""
+    complete: bool
+    """Fewer than the batch size: the read caught up with the snapshot's head."""
+
+
+def log_batch(conn: Connection, log_filter: LogFilter | None, after: int, limit: int) -> LogBatch:
+    """The next `limit` matching events after `after`, read in one snapshot (`conn`'s
+    transaction).
+
+    Readers see a prefix of the log's positions (they are numbered in commit order, gap-free),
+    so the head read in the same snapshot bounds what this batch could have missed: nothing.
+    A filtered read that comes back short moves the cursor to that head, so the next read does
+    not scan again what matched nothing.
+    """
+    if log_filter is None:
+        events = events_after(conn, after, limit)
+        cursor = events[-1].position if events else after
+        return LogBatch(events, cursor, len(events) < limit)
+    until = head(conn)
+    events = filtered_after(conn, log_filter, after, until, limit)
+    if len(events) < limit:
+        return LogBatch(events, max(after, until), True)
+    return LogBatch(events, events[-1].position, False)
+
+
+def stream_events(
+    conn: Connection, stream_id: str, from_version: int, *, backwards: bool, limit: int
+) -> list[RecordedEvent]:
+    """Up to `limit` events of one stream from version `from_version` on, in version order
+    (`backwards`: from `from_version` down, newest first)."""
+    params = {"s": stream_id, "v": from_version, "limit": limit}
+    return _recorded(fetch_all(conn, _OF_STREAM[backwards], params))
 
 
 def events_by_id(conn: Connection, event_ids: Collection[str]) -> dict[str, RecordedEvent]:

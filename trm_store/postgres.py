@@ -19,6 +19,7 @@ from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
 from trm_store.postgres_read_only import guard_read_only
 from trm_store.rebuild_lock import RebuildLock, advisory_rebuild_lock
+from trm_store.wakeups import NOTIFY_APPENDED
 
 __all__ = ["PostgresBackend"]
 
@@ -31,7 +32,9 @@ pool while they wait, and every read of the process would wait for the pool's ti
 and fail. A few connections are all writers use anyway (they run one at a time); the others wait
 in the process, and the rest of the pool stays the readers'."""
 _READ_ONLY = "-c default_transaction_read_only=on"
-_APPEND_LOCK = DriverSql(f"SELECT pg_advisory_xact_lock({APPEND_LOCK_KEY})")
+_LOCK = f"pg_advisory_xact_lock({APPEND_LOCK_KEY})"
+_APPEND_LOCK = DriverSql(f"SELECT {_LOCK}")
+_APPEND_LOCK_AND_NOTIFY = DriverSql(f"SELECT {_LOCK}, {NOTIFY_APPENDED}")
 _UNDEFINED_TABLE = "42P01"
 
 
@@ -65,8 +68,19 @@ class PostgresBackend:
         if read_only:
             guard_read_only(self.engine, self.describe())
 
+    def write_transaction(
+        self, conn: Connection | None = None
+    ) -> AbstractContextManager[Connection]:
+        return self._locked(_APPEND_LOCK, conn)
+
+    def append_transaction(self) -> AbstractContextManager[Connection]:
+        """`write_transaction`, which also wakes subscribers (`trm_store.wakeups`): the statement
+        that takes the lock queues the notification too (no extra round trip); PostgreSQL
+        delivers it at commit, and never for an append that rolls back."""
+        return self._locked(_APPEND_LOCK_AND_NOTIFY)
+
     @contextmanager
-    def write_transaction(self, conn: Connection | None = None) -> Iterator[Connection]:
+    def _locked(self, lock: DriverSql, conn: Connection | None = None) -> Iterator[Connection]:
         self._refuse_if_read_only()
         # A caller's own connection (a rebuild's) is not one of the writers' share of the pool.
         with (
@@ -74,10 +88,8 @@ class PostgresBackend:
             nullcontext(conn) if conn is not None else self.engine.connect() as conn,
             conn.begin(),
         ):
-            execute(conn, _APPEND_LOCK, {})
+            execute(conn, lock, {})
             yield conn
-
-    append_transaction = write_transaction
 
     def rebuild_lock(self, *, wait: bool) -> AbstractContextManager[RebuildLock | None]:
         self._refuse_if_read_only()

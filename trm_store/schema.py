@@ -53,12 +53,16 @@ class JsonColumn(TypeDecorator[Any]):
 
 Position = BigInteger().with_variant(Integer(), "sqlite")
 
+StreamId = String(255).with_variant(String(255, collation="C"), "postgresql")
+"""Compared by code point on both backends (SQLite's BINARY, PostgreSQL's "C"): a stream-prefix
+read is then one range of the (stream_id, stream_version) index, whatever the database's locale."""
+
 EVENTS = Table(
     "events",
     METADATA,
     Column("position", Position, primary_key=True, autoincrement=False),
     Column("event_id", String(36), nullable=False),
-    Column("stream_id", String(255), nullable=False),
+    Column("stream_id", StreamId, nullable=False),
     Column("stream_version", Integer, nullable=False),
     Column("type", String(128), nullable=False),
     Column("schema_version", Integer, nullable=False),
@@ -66,9 +70,12 @@ EVENTS = Table(
     Column("data", JSON(), nullable=False),
     Column("meta", JSON(), nullable=False),
     Column("recorded_at", DateTime(timezone=True), nullable=False),
+    # Each index serves a query (tests/store/test_event_indexes.py shows which, by query plan):
+    # event ids: exactly-once appends; (stream, version): stream reads and heads, prefix reads;
+    # (type, position): reads of some types in log order (a projection's, `read_all(types=)`).
     UniqueConstraint("event_id", name="uq_events_event_id"),
     UniqueConstraint("stream_id", "stream_version", name="uq_events_stream_version"),
-    Index("ix_events_type", "type"),
+    Index("ix_events_type_position", "type", "position"),
 )
 
 EVENT_COLUMNS = tuple(column.name for column in EVENTS.c)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Self
+from weakref import WeakSet
 
 from sqlalchemy import Connection, Table
 from sqlalchemy.exc import SQLAlchemyError
@@ -18,7 +19,8 @@ from trm_store.append import Appender
 from trm_store.backend import Backend, reading, store_error, writing
 from trm_store.errors import EventValidationError, StaleProjectionError
 from trm_store.events import NewEvent, RecordedEvent
-from trm_store.log import events_after, head, stream_events
+from trm_store.log import head, log_batch, stream_events, stream_head
+from trm_store.log_filter import LogFilter
 from trm_store.prepare import (
     AppendItem,
     AppendPreparer,
@@ -31,6 +33,9 @@ from trm_store.projection_rebuild import rebuild, verify
 from trm_store.projection_runner import Progress, ProjectionSet, require_known
 from trm_store.projection_state import ProjectionStatus, statuses
 from trm_store.projections import Projection
+from trm_store.read_args import checked_count, checked_filter, checked_limit, checked_stream_id
+from trm_store.subscription import Subscription
+from trm_store.vocabulary import INT64_MAX
 
 __all__ = ["AppendItem", "Store"]
 
@@ -48,6 +53,7 @@ class Store:
         self._batch_size = batch_size
         self._prepare = AppendPreparer(origin())
         self._append = Appender(backend, self._projections).append
+        self._subscriptions: WeakSet[Subscription] = WeakSet()
 
     # -- properties -----------------------------------------------------------------------------
 
@@ -122,37 +128,86 @@ class Store:
 
     # -- reading --------------------------------------------------------------------------------
 
-    def read_stream(self, stream_id: str, from_version: int = 1) -> list[RecordedEvent]:
-        """The events of one stream, from `from_version` (1-based) on."""
-        if not isinstance(stream_id, str) or not stream_id:
-            raise EventValidationError("stream_id must be a non-empty string")
-        if isinstance(from_version, bool) or not isinstance(from_version, int) or from_version < 1:
-            raise EventValidationError(f"from_version must be an int >= 1, got {from_version!r}")
+    def read_stream(
+        self,
+        stream_id: str,
+        from_version: int | None = None,
+        *,
+        backwards: bool = False,
+        limit: int | None = None,
+    ) -> list[RecordedEvent]:
+        """Up to `limit` events of one stream, in version order from `from_version` on.
+
+        `from_version` is the first version returned in the reading direction: forwards the
+        lowest (None: 1), `backwards=True` the highest (None: the stream's newest), newest
+        first. `read_stream(s, backwards=True, limit=1)` is the newest event, one index row.
+        """
+        stream_id = checked_stream_id(stream_id)
+        if from_version is None:
+            version = INT64_MAX if backwards else 1
+        else:
+            version = checked_count("from_version", from_version, 1)
+        if not isinstance(backwards, bool):
+            raise EventValidationError(f"backwards must be a bool, got {backwards!r:.40}")
+        rows = checked_limit(limit)
         with self._reading() as conn:
-            return stream_events(conn, stream_id, from_version)
+            return stream_events(conn, stream_id, version, backwards=backwards, limit=rows)
 
-    def read_all(self, after_position: int = 0, batch_size: int = 1000) -> Iterator[RecordedEvent]:
-        """Every event after `after_position` in global order, fetched `batch_size` at a time."""
-        if (
-            isinstance(after_position, bool)
-            or not isinstance(after_position, int)
-            or after_position < 0
-        ):
-            raise EventValidationError(
-                f"after_position must be an int >= 0, got {after_position!r}"
-            )
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise EventValidationError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        return self._read_all(after_position, batch_size)
+    def stream_version(self, stream_id: str) -> int:
+        """The stream's current version: its number of events (0: no such stream)."""
+        stream_id = checked_stream_id(stream_id)
+        with self._reading() as conn:
+            return stream_head(conn, stream_id)
 
-    def _read_all(self, after: int, batch_size: int) -> Iterator[RecordedEvent]:
+    def read_all(
+        self,
+        after_position: int = 0,
+        batch_size: int = 1000,
+        *,
+        types: Collection[str] | None = None,
+        stream_prefix: str | None = None,
+    ) -> Iterator[RecordedEvent]:
+        """Every event after `after_position` in global order, fetched `batch_size` at a time.
+
+        `types`: only events of these types; `stream_prefix`: only events of streams whose id
+        starts with it (a plain prefix: `%` and `_` are characters like any other). Only the
+        matching events are read, through an index.
+        """
+        after = checked_count("after_position", after_position, 0)
+        size = checked_count("batch_size", batch_size, 1)
+        return self._read_all(after, size, checked_filter(types, stream_prefix))
+
+    def _read_all(
+        self, after: int, batch_size: int, log_filter: LogFilter | None
+    ) -> Iterator[RecordedEvent]:
         while True:
             with self._reading() as conn:
-                batch = events_after(conn, after, batch_size)
-            yield from batch
-            if len(batch) < batch_size:
+                batch = log_batch(conn, log_filter, after, batch_size)
+            yield from batch.events
+            if batch.complete:
                 return
-            after = batch[-1].position
+            after = batch.cursor
+
+    def subscribe(
+        self,
+        after_position: int = 0,
+        *,
+        types: Collection[str] | None = None,
+        stream_prefix: str | None = None,
+    ) -> Subscription:
+        """Every matching event after `after_position`: first those in the log, then each as it
+        is committed, in position order, none skipped or repeated (see `Subscription`)."""
+        after = checked_count("after_position", after_position, 0)
+        log_filter = checked_filter(types, stream_prefix)
+        subscription = Subscription(
+            self._backend.engine,
+            after,
+            log_filter,
+            self._batch_size,
+            lambda e: store_error(self._backend, e),
+        )
+        self._subscriptions.add(subscription)
+        return subscription
 
     def head_position(self) -> int:
         """The position of the last committed event (0 for an empty log)."""
@@ -255,7 +310,9 @@ class Store:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Release every connection."""
+        """Release every connection, the open subscriptions' too."""
+        for subscription in list(self._subscriptions):
+            subscription.close()
         self._backend.close()
 
     def __enter__(self) -> Self:

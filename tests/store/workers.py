@@ -28,6 +28,19 @@ def follow(url: str, total: int, seconds: float) -> None:
                 last = event.position
 
 
+def subscribe(url: str, total: int, seconds: float, prefix: str) -> None:
+    """Follow the log with `subscribe` (read-only, only streams starting with `prefix`) until
+    `total` events came; print "ready", then every position seen, in order."""
+    with open_store(url, read_only=True, projections={}) as store:
+        deadline = time.monotonic() + seconds
+        with store.subscribe(stream_prefix=prefix or None) as subscription:
+            print("ready", flush=True)
+            for seen, event in enumerate(subscription, 1):
+                print(event.position, event.stream_id, flush=True)
+                if seen == total or time.monotonic() > deadline:
+                    break
+
+
 def append_until_killed(url: str, rebuild_every: int) -> None:
     """Append forever, printing each acknowledged (position, event_id); rebuild now and then."""
     with open_store(url, projections=TOTALS) as store:
@@ -49,6 +62,8 @@ if __name__ == "__main__":
         append_many(url, int(rest[0]), int(rest[1]))
     elif mode == "follow":
         follow(url, int(rest[0]), float(rest[1]))
+    elif mode == "subscribe":
+        subscribe(url, int(rest[0]), float(rest[1]), rest[2] if len(rest) > 2 else "")
     elif mode == "crash":
         append_until_killed(url, int(rest[0]))
     elif mode in ("cli", "cli-gc-probe"):  # the real `trm` CLI, the test projection registered

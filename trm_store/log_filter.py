@@ -1,0 +1,99 @@
+"""Which events a filtered read of the log wants (`LogFilter`), as SQL an index serves.
+
+Only matching rows are read: each type is its own range of the `(type, position)` index, read in
+position order and merged by the database (one `UNION ALL` branch per type, each bounded by the
+batch's LIMIT, so a batch reads at most `len(types) * limit` index entries); a stream prefix is a
+range of the `(stream_id, stream_version)` index, sorted by position (so a batch costs the
+prefix's events after the cursor: a prefix that is most of the log reads faster unfiltered).
+Prefixes are ranges, not `LIKE`: `%`, `_` and
+`\\` are ordinary characters of a stream id, and a range is served by a plain index on both
+backends (stream ids compare by code point: SQLite's BINARY collation, PostgreSQL's "C").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from trm_store.driver import DriverSql
+
+__all__ = ["LogFilter", "prefix_bounds"]
+
+_MAX_CHAR = 0x10FFFF
+_SURROGATES = range(0xD800, 0xE000)
+
+
+def prefix_bounds(prefix: str) -> tuple[str, str | None]:
+    """The range [low, high) of the strings that start with `prefix` (high None: no end).
+
+    In code point order, the strings starting with `prefix` are exactly those >= prefix and <
+    prefix with its last character incremented; a last character that cannot be incremented
+    (U+10FFFF) is dropped and the one before it incremented. Surrogates are skipped: no valid
+    stream id holds one.
+    """
+    chars = list(prefix)
+    while chars:
+        last = ord(chars.pop())
+        if last < _MAX_CHAR:
+            following = last + 1
+            if following in _SURROGATES:
+                following = _SURROGATES.stop
+            return prefix, "".join(chars) + chr(following)
+    return prefix, None
+
+
+@dataclass(frozen=True, slots=True)
+class LogFilter:
+    """Events of one of `types` (None: any type) whose stream id starts with `prefix` (None:
+    any stream)."""
+
+    types: tuple[str, ...] | None = None
+    prefix: str | None = None
+
+    @classmethod
+    def of(cls, types: Collection[str] | None, prefix: str | None) -> LogFilter | None:
+        """The filter for validated `read_all` arguments; None when nothing is filtered."""
+        if types is None and not prefix:
+            return None
+        return cls(None if types is None else tuple(sorted(set(types))), prefix or None)
+
+    def statement(self, select: str) -> DriverSql:
+        """`select` (every column of the events table) restricted to this filter, in position
+        order, with parameters :after, :until, :limit (and :t0.., :low, :high)."""
+        low_high = None if self.prefix is None else prefix_bounds(self.prefix)[1] is not None
+        return _statement(select, None if self.types is None else len(self.types), low_high)
+
+    def params(self, after: int, until: int, limit: int) -> dict[str, Any]:
+        """The statement's parameters for positions in (after, until], at most `limit` rows."""
+        params: dict[str, Any] = {"after": after, "until": until, "limit": limit}
+        for i, type_ in enumerate(self.types or ()):
+            params[f"t{i}"] = type_
+        if self.prefix is not None:
+            params["low"], high = prefix_bounds(self.prefix)
+            if high is not None:
+                params["high"] = high
+        return params
+
+
+@cache
+def _statement(select: str, type_count: int | None, bounded_prefix: bool | None) -> DriverSql:
+    """Built once per shape (how many types, which prefix bounds)."""
+    where = "position > :after AND position <= :until"
+    if bounded_prefix is not None:
+        # `+position`: not a term for the primary key, or SQLite's planner scans the whole log
+        # in position order (to skip the sort) instead of the prefix's range of stream ids.
+        where = "stream_id >= :low" + (" AND stream_id < :high" if bounded_prefix else "")
+        where += " AND +position > :after AND +position <= :until"
+    order = "ORDER BY position LIMIT :limit"
+    if type_count is None:
+        return DriverSql(f"{select} WHERE {where} {order}")
+    if type_count == 1:
+        return DriverSql(f"{select} WHERE type = :t0 AND {where} {order}")
+    columns = select.removeprefix("SELECT ").split(" FROM ")[0]
+    branches = [
+        f"SELECT {columns} FROM ({select} WHERE type = :t{i} AND {where} {order}) AS b{i}"
+        for i in range(type_count)
+    ]
+    return DriverSql(f"{' UNION ALL '.join(branches)} {order}")

@@ -1,0 +1,63 @@
+"""The arguments of the log's reads, checked before any query: a typed EventValidationError, never
+a driver's OverflowError or UnicodeEncodeError from deep inside a read.
+
+The ranges and the text rule are `trm_store.vocabulary`'s, shared with every other writer and
+reader of the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import cast
+
+from trm_store.errors import EventValidationError
+from trm_store.log_filter import LogFilter
+from trm_store.vocabulary import INT64_MAX, count_problem, text_problem
+
+__all__ = ["checked_count", "checked_filter", "checked_limit", "checked_stream_id"]
+
+
+def checked_count(name: str, value: object, minimum: int) -> int:
+    """`value` as a position, version or size of at least `minimum` (and at most INT64_MAX)."""
+    problem = count_problem(value, minimum)
+    if problem is not None:
+        raise EventValidationError(f"{name} {problem}")
+    assert isinstance(value, int)
+    return value
+
+
+def checked_limit(limit: object) -> int:
+    """`limit` (None: no limit) as the row count a LIMIT clause takes."""
+    return INT64_MAX if limit is None else checked_count("limit", limit, 1)
+
+
+def _checked_text(name: str, value: object) -> str:
+    problem = text_problem(value)
+    if problem is not None:
+        raise EventValidationError(f"{name} {problem}")
+    assert isinstance(value, str)
+    return value
+
+
+def checked_stream_id(stream_id: object) -> str:
+    """A stream id to read: non-empty text both backends can compare."""
+    text = _checked_text("stream_id", stream_id)
+    if not text:
+        raise EventValidationError("stream_id must be a non-empty string")
+    return text
+
+
+def checked_filter(types: object, stream_prefix: object) -> LogFilter | None:
+    """The filter of `read_all` / `subscribe`: `types` a non-empty collection of type names (not
+    a bare string, whose characters would be read as names), `stream_prefix` text."""
+    if types is not None:
+        if isinstance(types, str | bytes) or not isinstance(types, Collection):
+            raise EventValidationError(
+                f"types must be a collection of type names, got {type(types).__name__}"
+            )
+        if not types:
+            raise EventValidationError("types must name at least one event type")
+        for type_ in types:
+            _checked_text("each of types", type_)
+    prefix = None if stream_prefix is None else _checked_text("stream_prefix", stream_prefix)
+    return LogFilter.of(cast("Collection[str] | None", types), prefix)

@@ -1,0 +1,95 @@
+"""How a subscription learns that the log may have grown, without reading it: PostgreSQL's
+`LISTEN`/`NOTIFY` (every append notifies in its own transaction, so the notification arrives
+after its commit, or never), SQLite's `PRAGMA data_version` (it changes when another connection,
+in any process, commits to the file), polled at a short interval.
+
+A wake-up is only a hint to read again: what a subscriber gets is decided by positions, so a
+spurious wake-up (another store's append on the same PostgreSQL database) costs one read, and a
+lost one at most a wait of `timeout`.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import closing
+from typing import Any, Protocol
+
+from sqlalchemy import Connection
+
+__all__ = ["NOTIFY_APPENDED", "SQLITE_POLL_S", "Wakeups", "wakeups"]
+
+CHANNEL = "trm_events"
+NOTIFY_APPENDED = f"pg_notify('{CHANNEL}', '')"
+"""Called in every append's transaction on PostgreSQL (`trm_store.postgres`), in the statement
+that takes the writer lock."""
+
+SQLITE_POLL_S = 0.02
+"""How often a SQLite subscriber checks `data_version`: one cheap pragma, no read of the log."""
+
+
+class Wakeups(Protocol):
+    """Waits for a sign that another connection committed."""
+
+    def wait(self, timeout: float) -> bool:
+        """Block up to `timeout` seconds; True when something may have been committed."""
+
+
+class _DataVersion:
+    """SQLite: `PRAGMA data_version` of the subscriber's own connection (which never writes)."""
+
+    def __init__(self, conn: Connection) -> None:
+        dbapi_connection = conn.connection.dbapi_connection
+        assert dbapi_connection is not None, "the connection was invalidated"
+        self._dbapi_connection: Any = dbapi_connection
+        self._version = self._read()
+
+    def _read(self) -> int:
+        # Outside any transaction (isolation_level None: no implicit BEGIN), so it sees commits.
+        return int(self._dbapi_connection.execute("PRAGMA data_version").fetchone()[0])
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            version = self._read()
+            if version != self._version:
+                self._version = version
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(SQLITE_POLL_S, left))
+
+
+class _Notifications:
+    """PostgreSQL: `LISTEN` on the subscriber's own connection.
+
+    psycopg keeps notifications that arrive while the subscriber reads (its backlog, returned
+    first by the next `notifies()`), so one committed during a read is not lost.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        conn.exec_driver_sql(f"LISTEN {CHANNEL}")
+        conn.commit()
+        dbapi_connection = conn.connection.dbapi_connection
+        assert dbapi_connection is not None, "the connection was invalidated"
+        self._dbapi_connection: Any = dbapi_connection
+
+    def wait(self, timeout: float) -> bool:
+        if not self._received(timeout):
+            return False
+        while self._received(0):  # the rest too: one read answers them all
+            pass
+        return True
+
+    def _received(self, timeout: float) -> bool:
+        # Closed at once: the generator holds the connection's lock until it ends.
+        with closing(self._dbapi_connection.notifies(timeout=timeout, stop_after=1)) as notes:
+            return next(notes, None) is not None
+
+
+def wakeups(conn: Connection) -> Wakeups:
+    """The wake-ups for `conn`'s database; set up before the subscriber's first read, so every
+    commit after that read wakes it."""
+    if conn.dialect.name == "postgresql":
+        return _Notifications(conn)
+    return _DataVersion(conn)
