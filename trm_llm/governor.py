@@ -341,10 +341,15 @@ class _Call:
         if not self.attempts:
             self._fail("circuit_open", "circuit_open", None, str(error))
             return error
-        # Our own failures opened it mid-call: report them, not only the rejection.
+        # Our own failures opened it mid-call: report them, not only the rejection, and keep
+        # the last attempt's own error (a refused connection, a 500) as the call's last error.
         last = self.attempts[-1]
-        self._fail("retries_exhausted", last.reason or "circuit_open", last.status, str(error))
-        return RetriesExhausted(error, attempts=len(self.attempts), why="circuit_open")
+        detail = str(error)
+        if self.last_error is not None:
+            detail = f"{self.g.redact(_describe(self.last_error))}; then {error}"
+        self._fail("retries_exhausted", last.reason or "circuit_open", last.status, detail)
+        cause = self.last_error or error
+        return RetriesExhausted(cause, attempts=len(self.attempts), why="circuit_open")
 
     def _fail(self, error: str, reason: str, status: int | None, detail: str) -> None:
         self.reported = True

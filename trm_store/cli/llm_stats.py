@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from trm_store.bootstrap import open_store
@@ -87,6 +88,7 @@ def _as_json(s: LLMSourceStats) -> dict[str, Any]:
         "length_finishes": s["length_finishes"],
         "breaker_opened": s["breaker_opened"],
         "overload_retries": s["overload_retries"],
+        "last_error": s["last_error"],
         "concurrency_limit": s["limit"],
         "tokens": s["tokens"],
         "latency_ms": s["latency_ms"],
@@ -164,3 +166,5 @@ def _print(console: Console, url: str, stats: dict[str, LLMSourceStats]) -> None
         if s["errors"]:
             parts = ", ".join(f"{e} {n}" for e, n in sorted(s["errors"].items()))
             console.print(f"{source}: failed calls by error: {parts}")
+        if s["last_error"]:
+            console.print(f"{source}: last error: {escape(s['last_error'])}")

@@ -48,7 +48,7 @@ def infra_cause(calls: LLMSourceStats, baseline: ArmSummary, candidate: ArmSumma
     asked = sum(a.questions for a in arms)
     unreadable = sum(a.stops.get("parse_error", 0) for a in arms)
     errored = sum(a.stops.get("error", 0) for a in arms)
-    last = candidate.last_error or baseline.last_error
+    last = candidate.last_error or baseline.last_error or calls["last_error"]
     refused = calls["errors"].get("circuit_open", 0) + sum(a.requeued for a in arms)
     failed_attempts = sum(calls["attempt_reasons"].values())
     overloads = sum(n for r, n in calls["attempt_reasons"].items() if r in OVERLOAD_REASONS)

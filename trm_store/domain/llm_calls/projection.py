@@ -70,6 +70,7 @@ class LLMCallsProjection(Projection):
             Column("outcome", String(16), nullable=False),  # completed | failed
             Column("error", String(32), nullable=True),  # the failure kind, if failed
             Column("reason", String(255), nullable=True),  # the last failure reason, if failed
+            Column("detail", Text, nullable=True),  # the failure's message, if failed
             Column("status", Integer, nullable=True),
             Column("finish_reason", String(255), nullable=True),
             Column("cache", String(8), nullable=False),  # off | hit | miss
@@ -179,6 +180,7 @@ def _call_row(event: RecordedEvent) -> dict[str, Any]:
         "outcome": "completed" if completed else "failed",
         "error": None if completed else data["error"],
         "reason": None if completed else data["reason"],
+        "detail": None if completed else data["detail"],
         "status": attempts[-1]["status"] if completed and attempts else data.get("status"),
         "finish_reason": data["finish_reason"] if completed else None,
         "cache": data["cache"],

@@ -96,6 +96,9 @@ class LLMSourceStats(TypedDict):
     """Completed calls that stopped at the token limit (finish_reason `length`)."""
     tokens_discarded: int
     """Chunks of failed attempts thrown away."""
+    last_error: str | None
+    """The last failed call's reason and message, the breaker's bare refusals aside (None if
+    no other call failed)."""
     overload_retries: int
     """Attempts cut by an overload that the concurrency limiter handled (retried, not counted
     against the breaker)."""
@@ -135,6 +138,7 @@ class _Tally:
     ttfts: list[float] = field(default_factory=list)
     tokens: Tokens = field(default_factory=no_tokens)
     limits: list[int] = field(default_factory=list)  # the limit path
+    last_error: str | None = None
     shrank: int = 0
 
     def add(self, row: Any) -> None:
@@ -160,6 +164,8 @@ class _Tally:
         )
         if failed:
             self.errors[row.error] += 1
+            if row.error != "circuit_open":
+                self.last_error = f"{row.reason}: {row.detail}"
         self.reasons.update(row.attempt_reasons)
         if not failed and not hit:
             self.latencies.append(row.latency_ms)
@@ -188,6 +194,7 @@ class _Tally:
             "length_finishes": c["length_finishes"],
             "tokens_discarded": c["tokens_discarded"],
             "overload_retries": c["overload_retries"],
+            "last_error": self.last_error,
             "tokens": self.tokens,
             "limit": {
                 "changes": max(len(path) - 1, 0),
@@ -208,6 +215,8 @@ _CALL_COLUMNS = (
     "source",
     "outcome",
     "error",
+    "reason",
+    "detail",
     "cache_hit",
     "cache_salt",
     "attempts",
