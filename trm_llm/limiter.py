@@ -7,8 +7,10 @@ bounds the wait, a cancelled waiter leaves the line) and gives it back with what
 showed (`release`):
 
 - success, while the limit was binding: the limit grows by 1/limit (about +1 per limit's worth
-  of successes); past the level that last overloaded the endpoint it grows `patience` times
-  slower, so a server with K slots sees a probe at K+1 only now and then, not every few calls;
+  of successes); towards the level that last overloaded the endpoint it grows `patience` times
+  slower, and twice slower again each time that same level overloads it anew (up to 64 times),
+  so a server with K slots sees a probe at K+1 only now and then, and ever more rarely; once the
+  limit passes that level, the level is forgotten;
 - overload: the limit is multiplied by `backoff` (at least down to the floor of 1), once per
   overload episode: the other calls admitted under the old limit report the same overload, and
   shrinking again for each of them would collapse the limit to 1 at the first burst.
@@ -49,6 +51,7 @@ __all__ = [
 FLOOR = 1
 """The smallest limit: one call in flight is always allowed."""
 
+_MAX_STRIKES = 6
 _OVERLOAD_STATUSES = frozenset({429, 503})
 _CUT_AFTER_HEAD = (httpx.ReadError, httpx.RemoteProtocolError)
 
@@ -118,6 +121,7 @@ class ConcurrencyLimiter:
         self._in_flight = 0
         self._episode = 0
         self._overloaded_at: int | None = None  # the limit that last overloaded the endpoint
+        self._strikes = 0  # how many times in a row that same level overloaded it
         self._waiters: collections.deque[asyncio.Future[Slot]] = collections.deque()
 
     def __repr__(self) -> str:
@@ -172,14 +176,18 @@ class ConcurrencyLimiter:
                 handled = True  # this episode already shrank the limit
             elif before > FLOOR:
                 handled = True
+                same = before == self._overloaded_at
+                self._strikes = min(self._strikes + 1, _MAX_STRIKES) if same else 0
                 self._overloaded_at = before
                 self._episode += 1
                 self._limit = max(float(FLOOR), math.floor(before * self._backoff))
         elif outcome == "success" and saturated and self._limit < self.ceiling:
             step = 1 / self._limit
             if self._overloaded_at is not None and before + 1 >= self._overloaded_at:
-                step /= self._patience
+                step /= self._patience * 2**self._strikes
             self._limit = min(float(self.ceiling), self._limit + step)
+            if self._overloaded_at is not None and self.limit > self._overloaded_at:
+                self._overloaded_at, self._strikes = None, 0  # that level holds now
         self._wake()
         after = self.limit
         change = None if after == before else LimitChange(before, after, cause, self._in_flight)
