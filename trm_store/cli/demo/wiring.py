@@ -19,7 +19,13 @@ import httpx
 from sqlalchemy import make_url
 
 from trm_gate import INFRA_STOP_REASONS, Arm, Gate, GateResult
-from trm_llm import GovernedLLMClient, LLMSettings, StoreEventSink, client_from_settings
+from trm_llm import (
+    GovernedLLMClient,
+    LLMSettings,
+    RetryPolicy,
+    StoreEventSink,
+    client_from_settings,
+)
 from trm_store.cli.demo.arms import BreakerWait, DemoArm, Requeue
 from trm_store.cli.demo.outcome import ArmSummary, DemoOptions, Endpoint
 from trm_store.cli.demo.pool import POOL_VERSION, demo_pool
@@ -31,20 +37,25 @@ from trm_store.domain.runs import read_predictions
 from trm_store.domain.workspace import record_run, update_best, update_manifest
 from trm_store.store import Store
 
-__all__ = ["DEMO_SETTINGS", "WORKSPACE", "EpochRun", "cache_path_for", "snapshot"]
+__all__ = ["DEMO_RETRY", "DEMO_SETTINGS", "WORKSPACE", "EpochRun", "cache_path_for", "snapshot"]
+
+DEMO_RETRY = RetryPolicy(
+    max_attempts=6, base_delay_s=0.05, max_delay_s=0.5, deadline_s=30.0, retry_after_cap_s=2.0
+)
+"""Demo-sized retries: short backoff, so a run with injected faults still ends in seconds."""
 
 DEMO_SETTINGS: dict[str, Any] = {
-    "llm_max_attempts": 6,
-    "llm_base_delay_s": 0.05,
-    "llm_max_delay_s": 0.5,
-    "llm_deadline_s": 30.0,
-    "llm_retry_after_cap_s": 2.0,
+    "llm_max_attempts": DEMO_RETRY.max_attempts,
+    "llm_base_delay_s": DEMO_RETRY.base_delay_s,
+    "llm_max_delay_s": DEMO_RETRY.max_delay_s,
+    "llm_deadline_s": DEMO_RETRY.deadline_s,
+    "llm_retry_after_cap_s": DEMO_RETRY.retry_after_cap_s,
     "llm_breaker_fail_threshold": 5,
     "llm_breaker_cooldown_s": 1.0,
     "llm_breaker_probe_timeout_s": 10.0,
 }
-"""Demo-sized retries (short backoff, so a run with injected faults still ends in seconds) and
-breaker; the rest of the demo's `LLMSettings` comes from its options (`EpochRun.settings`)."""
+"""`DEMO_RETRY` and the demo's breaker as settings; the rest of the demo's `LLMSettings` comes
+from its options (`EpochRun.settings`)."""
 
 WORKSPACE = "trm-demo"
 BLOCK_SIZE = 12
