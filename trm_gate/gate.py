@@ -178,7 +178,7 @@ class Gate:
     def _record_failure(self, stream: str, block: int, error: BaseException, at: int) -> None:
         """Append `gate.failed`, so the gate is not `running` forever; never mask `error`. At the
         version the gate last wrote: a gate already ended elsewhere (marked stale) is left so."""
-        text = f"{type(error).__name__}: {error}"[:1000]
+        text = failure_reason(error, block)[:1000]
         try:
             self._store.append(
                 stream, [NewEvent(FAILED, {"error": text, "block": block})], expected_version=at
@@ -351,3 +351,14 @@ def _result(state: GateState, gate_id: str, seed: int) -> GateResult:
         reason=state.reason,
         blocks=state.blocks,
     )
+
+
+def failure_reason(error: BaseException, block: int) -> str:
+    """`Type: message`; an error with no message (a cancelled task, Ctrl-C) says what happened
+    instead of an empty `CancelledError: `."""
+    message = str(error).strip()
+    if message:
+        return f"{type(error).__name__}: {message}"
+    if isinstance(error, asyncio.CancelledError | KeyboardInterrupt):
+        return f"{type(error).__name__}: interrupted in block {block} (the gate's task was stopped)"
+    return f"{type(error).__name__} (no message) in block {block}"

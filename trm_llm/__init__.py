@@ -1,4 +1,5 @@
-"""trm_llm: a governed LLM client (SSE completeness, retries, circuit breaker, response cache)."""
+"""trm_llm: a governed LLM client (SSE completeness, retries, circuit breaker, adaptive
+concurrency, response cache); `client_from_settings` builds one from `LLMSettings`."""
 
 from trm_llm.breaker import CircuitBreaker
 from trm_llm.cache import CachedResponse, ResponseCache, build_cache_key
@@ -17,6 +18,8 @@ from trm_llm.errors import (
     RetriesExhausted,
     SseAnomaly,
 )
+from trm_llm.from_settings import client_from_settings
+from trm_llm.limiter import ConcurrencyLimiter, is_overload_signal
 from trm_llm.protocols import EventSink, LLMProvider
 from trm_llm.redis_cache import RedisResponseCache
 from trm_llm.retry import RetryPolicy, is_transient_error
@@ -33,6 +36,7 @@ __all__ = [
     "ChatResult",
     "CircuitBreaker",
     "CircuitOpenError",
+    "ConcurrencyLimiter",
     "CorruptEntryError",
     "EventSink",
     "EventSinkError",
@@ -52,6 +56,8 @@ __all__ = [
     "StoreEventSink",
     "VisionLLMClient",
     "build_cache_key",
+    "client_from_settings",
+    "is_overload_signal",
     "is_transient_error",
     "resolve_cache_ttl",
 ]

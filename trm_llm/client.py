@@ -12,6 +12,7 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
 from typing import Any
 
 import httpx
@@ -23,6 +24,7 @@ from trm_llm.cache import ResponseCache
 from trm_llm.closing import AsyncClosing
 from trm_llm.errors import LLMConfigError
 from trm_llm.governor import Governor
+from trm_llm.limiter import ConcurrencyLimiter
 from trm_llm.protocols import ChatResult, EventSink
 from trm_llm.retry import RetryPolicy
 from trm_llm.sse import StreamResult, get_profile
@@ -35,7 +37,12 @@ _DEFAULT_TIMEOUT = httpx.Timeout(30.0, read=None)  # reads are policed by the st
 
 
 class GovernedLLMClient(AsyncClosing):
-    """An `LLMProvider` for any OpenAI-compatible `/chat/completions` endpoint (async)."""
+    """An `LLMProvider` for any OpenAI-compatible `/chat/completions` endpoint (async).
+
+    `limiter` bounds and learns the calls in flight to the endpoint (`ConcurrencyLimiter`;
+    share one between clients of the same endpoint); None sends every call at once.
+    `client_from_settings` always gives one. `close_with`: what `aclose` closes too (what a
+    builder opened for this client)."""
 
     def __init__(
         self,
@@ -50,6 +57,8 @@ class GovernedLLMClient(AsyncClosing):
         http: httpx.AsyncClient | None = None,
         profile: str = "strict",
         source: str | None = None,
+        limiter: ConcurrencyLimiter | None = None,
+        close_with: Sequence[Callable[[], Awaitable[None]]] = (),
         cache_length: bool = False,
         first_token_timeout_s: float = 60.0,
         inter_token_timeout_s: float = 30.0,
@@ -72,6 +81,8 @@ class GovernedLLMClient(AsyncClosing):
         self._redact = Redactor(None if self._key is None else self._key.get_secret_value())
         self._profile = get_profile(profile)
         self._owns_http = http is None
+        self._close_with = tuple(close_with)
+        self.breaker, self.limiter = breaker, limiter
         self._http = http or httpx.AsyncClient(timeout=_DEFAULT_TIMEOUT)
         self._first_token_s = first_token_timeout_s
         self._inter_token_s = inter_token_timeout_s
@@ -85,6 +96,7 @@ class GovernedLLMClient(AsyncClosing):
             redact=self._redact,
             cache=cache,
             breaker=breaker,
+            limiter=limiter,
             retry=retry or RetryPolicy(),
             sink=sink,
             cache_length=cache_length,
@@ -99,9 +111,12 @@ class GovernedLLMClient(AsyncClosing):
         )
 
     async def aclose(self) -> None:
-        """Close the HTTP client if this object created it."""
-        if self._owns_http:
-            await self._http.aclose()
+        """Close the HTTP client if this object created it, then what `close_with` names."""
+        async with AsyncExitStack() as stack:  # each runs, whatever the others raise
+            for close in self._close_with:
+                stack.push_async_callback(close)
+            if self._owns_http:
+                stack.push_async_callback(self._http.aclose)
 
     async def chat(
         self,

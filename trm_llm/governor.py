@@ -1,11 +1,16 @@
 """The governance loop of one `chat()` call, apart from HTTP: cache, breaker, retries, events.
 
-Per call: cache lookup (a hit returns at once) -> breaker admission -> one streamed attempt ->
-on a transient failure tell the breaker, ask the `RetryPolicy`, sleep, try again; on a fatal
-one stop -> cache only a complete answer -> exactly one `call_completed` or `call_failed` event
-(payloads in `trm_llm.sink`). The breaker and the retry policy's decisions read `clock`; the
-deadline is also enforced by an asyncio timeout around the whole call, so no server (one that
-drips empty events, or a token every few seconds) can hold a call past `deadline_s`.
+Per call: cache lookup (a hit returns at once) -> a slot from the concurrency limiter (waiting
+in line, within the deadline) -> breaker admission -> one streamed attempt -> the slot back,
+with what the attempt showed -> on an overload the limiter handled (`trm_llm.limiter`: fewer
+calls in flight can fix it) try again once a slot is free, neither counted as an attempt by the
+retry policy nor as a failure by the breaker; on another transient failure tell the breaker,
+ask the `RetryPolicy`, sleep, try again; on a fatal one stop -> cache only a complete answer ->
+exactly one `call_completed` or `call_failed` event, and a `limit_changed` event for each move
+of the limit (payloads in `trm_llm.sink`). The breaker and the retry policy's decisions read
+`clock`; the deadline (which covers waiting for a slot) is also enforced by an asyncio timeout
+around the whole call, so no server (one that drips empty events, or a token every few seconds)
+can hold a call past `deadline_s`.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from trm_llm.errors import (
     RetriesExhausted,
     SseAnomaly,
 )
+from trm_llm.limiter import ConcurrencyLimiter, LimitChange, Slot, is_overload_signal
 from trm_llm.protocols import ChatResult, EventSink
 from trm_llm.retry import GiveUp, RetryPolicy, Sleep, is_transient_error, retry_after_of
 from trm_llm.sanitise import clean_event, clean_usage
@@ -53,6 +59,7 @@ class _Attempt:
     latency_ms: float = 0.0
     tokens_discarded: int = 0
     sleep_s: float | None = None
+    overload: bool = False  # an overload the limiter handled: retried, not a breaker failure
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,7 @@ class Governor:
     redact: Callable[[str], str]
     cache: ResponseCache | None
     breaker: CircuitBreaker | None
+    limiter: ConcurrencyLimiter | None
     retry: RetryPolicy
     sink: EventSink | None
     cache_length: bool
@@ -117,6 +125,7 @@ class _Call:
         self.reported = False  # the call's one event has been sent
         self.deadline = asyncio.timeout(governor.retry.deadline_s)
         self.last_error: Exception | None = None
+        self.waiting_for_slot = False
         self.notes: list[str] = []  # what was sanitised, for the call's event
         self.answer: tuple[StreamResult, StreamTiming] | None = None  # complete, not reported
         self.receipts: list[Awaitable[None]] = []  # its events, until committed
@@ -187,8 +196,14 @@ class _Call:
                 return self._hit(hit)
             start_clock = g.clock()
             while True:
-                admission = await self._admit()
+                slot = await self._slot()
+                try:
+                    admission = await self._admit()
+                except BaseException:
+                    self._free(slot, "neutral")
+                    raise
                 if not admission.allowed:
+                    self._free(slot, "neutral")
                     raise self._circuit_open()
                 attempt = _Attempt(len(self.attempts) + 1)
                 self.attempts.append(attempt)
@@ -200,6 +215,14 @@ class _Call:
                     self.last_error = exc
                     attempt.latency_ms, attempt.status = _ms(t0), timing.status
                     attempt.reason, attempt.tokens_discarded = _reason(exc), timing.text_events
+                    overload = is_overload_signal(exc, timing.status)
+                    if self._free(slot, "overload" if overload else "neutral", attempt.reason):
+                        await self._release(admission)  # not the endpoint's failure
+                        attempt.outcome, attempt.overload = "retry", True
+                        attempt.sleep_s = self._overload_pause(exc)
+                        if attempt.sleep_s:
+                            await g.sleep(attempt.sleep_s)
+                        continue
                     decision = await self._judge(exc, admission, start_clock)
                     if isinstance(decision, GiveUp):
                         raise self._give_up(exc, decision) from exc
@@ -208,8 +231,10 @@ class _Call:
                     continue
                 except BaseException:
                     attempt.latency_ms, attempt.reason = _ms(t0), "cancelled"
+                    self._free(slot, "neutral")
                     await self._release(admission)  # nothing was learned about the provider
                     raise
+                self._free(slot, "success")
                 attempt.outcome, attempt.latency_ms, attempt.status = "ok", _ms(t0), timing.status
                 if g.breaker is not None:
                     success = g.breaker.arecord_success
@@ -236,6 +261,31 @@ class _Call:
         self._breaker_event(admission.transition)
         return admission
 
+    async def _slot(self) -> Slot | None:
+        """A place in flight for the next attempt, waited for within the call's deadline."""
+        if self.g.limiter is None:
+            return None
+        self.waiting_for_slot = True
+        slot = await self.g.limiter.acquire()
+        self.waiting_for_slot = False
+        return slot
+
+    def _free(
+        self, slot: Slot | None, outcome: Literal["success", "overload", "neutral"], why: str = ""
+    ) -> bool:
+        """Give the attempt's slot back; True if it was an overload the limiter handled."""
+        if slot is None or self.g.limiter is None:
+            return False
+        release = self.g.limiter.release(slot, outcome)
+        if release.change is not None:
+            self._limit_event(release.change, why if release.change.cause == "overload" else "")
+        return release.handled
+
+    def _overload_pause(self, exc: Exception) -> float | None:
+        """A handled overload waits for its slot, not a backoff; but a Retry-After is kept."""
+        after = retry_after_of(exc, now=time.time())
+        return None if after is None else min(after, self.g.retry.retry_after_cap_s)
+
     async def _release(self, admission: Admission) -> None:
         if self.g.breaker is not None and admission.probe_token is not None:
             await self.g.breaker.arelease_probe(self.g.source, admission.probe_token)
@@ -252,7 +302,7 @@ class _Call:
         else:
             await self._release(admission)
         return g.retry.decide(
-            attempt=len(self.attempts),
+            attempt=sum(not a.overload for a in self.attempts),
             error=exc,
             elapsed_s=now - start_clock,
             rand=g.rand(),
@@ -280,6 +330,8 @@ class _Call:
         if last is not None and last.reason == "cancelled":  # the timeout cancelled it
             last.reason = "deadline"
         detail = f"the call's deadline of {limit}s passed after {len(self.attempts)} attempt(s)"
+        if self.waiting_for_slot and self.g.limiter is not None:
+            detail += f", waiting for one of {self.g.limiter.limit} slots in flight"
         self._fail("retries_exhausted", "deadline", last.status if last else None, detail)
         error = self.last_error or TimeoutError(detail)
         return RetriesExhausted(error, attempts=len(self.attempts), why="deadline")
@@ -289,10 +341,15 @@ class _Call:
         if not self.attempts:
             self._fail("circuit_open", "circuit_open", None, str(error))
             return error
-        # Our own failures opened it mid-call: report them, not only the rejection.
+        # Our own failures opened it mid-call: report them, not only the rejection, and keep
+        # the last attempt's own error (a refused connection, a 500) as the call's last error.
         last = self.attempts[-1]
-        self._fail("retries_exhausted", last.reason or "circuit_open", last.status, str(error))
-        return RetriesExhausted(error, attempts=len(self.attempts), why="circuit_open")
+        detail = str(error)
+        if self.last_error is not None:
+            detail = f"{self.g.redact(_describe(self.last_error))}; then {error}"
+        self._fail("retries_exhausted", last.reason or "circuit_open", last.status, detail)
+        cause = self.last_error or error
+        return RetriesExhausted(cause, attempts=len(self.attempts), why="circuit_open")
 
     def _fail(self, error: str, reason: str, status: int | None, detail: str) -> None:
         self.reported = True
@@ -379,6 +436,21 @@ class _Call:
             "attempts": [asdict(a) for a in self.attempts],
         }
         self._report("call_completed", clean_event(payload, self.notes))
+
+    def _limit_event(self, change: LimitChange, reason: str) -> None:
+        assert self.g.limiter is not None
+        self._report(
+            "limit_changed",
+            {
+                "from_limit": change.from_limit,
+                "to_limit": change.to_limit,
+                "cause": change.cause,
+                "reason": reason or None,
+                "in_flight": change.in_flight,
+                "ceiling": self.g.limiter.ceiling,
+                "call_id": self.call_id,
+            },
+        )
 
     def _breaker_event(self, transition: Transition | None) -> None:
         if transition is None:

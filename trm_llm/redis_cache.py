@@ -75,12 +75,17 @@ class RedisResponseCache(StoredResponseCache):
     def from_settings(
         cls, settings: LLMSettings, *, sink: EventSink | None = None
     ) -> RedisResponseCache:
-        """The cache `settings` describe (REDIS_URL, REDIS_CACHE_TTL, LLM_CACHE_NAMESPACE), on
-        its own client with the default timeouts (`from_url`)."""
-        if settings.redis_url is None:
-            raise LLMConfigError("a Redis response cache needs REDIS_URL")
+        """The cache `settings` describe (LLM_CACHE_URL if it is a Redis URL, else REDIS_URL;
+        REDIS_CACHE_TTL, LLM_CACHE_NAMESPACE), on its own client with the default timeouts
+        (`from_url`)."""
+        target = settings.cache_target()
+        url = target.url if target.backend == "redis" else settings.redis_url
+        if url is None:
+            raise LLMConfigError(
+                "a Redis response cache needs LLM_CACHE_URL=redis://... or REDIS_URL"
+            )
         return cls.from_url(
-            str(settings.redis_url),
+            str(url),
             ttl_s=settings.redis_cache_ttl,
             namespace=settings.llm_cache_namespace,
             sink=sink,

@@ -13,6 +13,7 @@ are ignored, which is why this is not a blanket `extra="forbid"`. Nothing is bui
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -26,16 +27,39 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from trm_llm.api_key import check_api_key
 from trm_llm.cache import check_namespace
 from trm_llm.errors import APIKeyError, CacheTTLError, LLMSettingsError
 from trm_llm.sse import PROFILES
 
-__all__ = ["CacheTTLError", "LLMSettings", "LLMSettingsError", "resolve_cache_ttl"]
+__all__ = ["CacheTTLError", "CacheTarget", "LLMSettings", "LLMSettingsError", "resolve_cache_ttl"]
 
 _OWN_PREFIXES = ("llm_", "redis_")
+_CACHE_SCHEMES = ("sqlite", "redis", "rediss")
+
+
+@dataclass(frozen=True, slots=True)
+class CacheTarget:
+    """Where the response cache lives: `path` for SQLite, `url` for Redis, neither when off."""
+
+    backend: Literal["sqlite", "redis", "off"]
+    path: Path | None = None
+    url: str | None = None
+
+
+def _cache_url_problem(url: str) -> str | None:
+    if url == "off":
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in _CACHE_SCHEMES:
+        return "LLM_CACHE_URL must be sqlite:///PATH, redis://HOST..., rediss://... or off"
+    if parts.scheme == "sqlite" and (parts.netloc or len(parts.path) < 2):
+        return "LLM_CACHE_URL sqlite:///PATH needs a file path (three slashes, then the path)"
+    if parts.scheme != "sqlite" and not parts.netloc:
+        return "LLM_CACHE_URL redis://HOST[:PORT][/DB] needs a host"
+    return None
 
 
 def resolve_cache_ttl(ttl: object) -> int:
@@ -54,7 +78,8 @@ def resolve_cache_ttl(ttl: object) -> int:
 
 
 class LLMSettings(BaseSettings):
-    """Where the LLM is, how the response cache is kept, and the retry and breaker knobs."""
+    """Where the LLM is, how the response cache is kept, and the retry, concurrency and
+    breaker knobs."""
 
     model_config = SettingsConfigDict(
         env_file=".env",
@@ -117,6 +142,14 @@ class LLMSettings(BaseSettings):
         ),
     )
 
+    llm_cache_url: str | None = Field(
+        default=None,
+        description=(
+            "The response cache as one URL: sqlite:///path/cache.db, redis://host:6379/0 "
+            "(rediss:// too) or off. Set, it replaces LLM_CACHE_BACKEND and "
+            "LLM_CACHE_SQLITE_PATH (set either too and start-up fails)."
+        ),
+    )
     llm_cache_backend: Literal["sqlite", "redis", "off"] = Field(
         default="sqlite",
         description="Where complete answers are cached: sqlite (embedded default), redis, or off.",
@@ -204,6 +237,22 @@ class LLMSettings(BaseSettings):
             "wedge shut)."
         ),
     )
+    llm_concurrency_initial: int = Field(
+        default=4,
+        ge=1,
+        description=(
+            "Calls in flight per endpoint at first; the limiter then learns the limit (floor 1): "
+            "shrinks on overload, grows on success."
+        ),
+    )
+    llm_concurrency_ceiling: int = Field(
+        default=32,
+        ge=1,
+        description=(
+            "Most calls in flight per endpoint the limiter ever allows; at least "
+            "LLM_CONCURRENCY_INITIAL."
+        ),
+    )
     llm_breaker_shared: bool = Field(
         default=False,
         description=(
@@ -221,6 +270,12 @@ class LLMSettings(BaseSettings):
             problem = str(exc)  # hide_input_in_errors: names and messages only
         if problem is not None:
             raise LLMSettingsError(problem)
+
+    @classmethod
+    def from_values(cls, **values: Any) -> LLMSettings:
+        """Settings from `values` alone, neither the environment nor `.env` read: for a harness
+        that decides every knob itself (the demo), so a shell's LLM_* cannot change it."""
+        return _ValuesOnly(**values)
 
     @model_validator(mode="before")
     @classmethod
@@ -290,12 +345,62 @@ class LLMSettings(BaseSettings):
             value = int(value)
         return resolve_cache_ttl(value)
 
+    @field_validator("llm_cache_url")
+    @classmethod
+    def _cache_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        problem = _cache_url_problem(value.strip())
+        if problem is not None:
+            raise ValueError(problem)
+        return value.strip()
+
+    def cache_target(self) -> CacheTarget:
+        """Where the response cache lives: LLM_CACHE_URL if set, else LLM_CACHE_BACKEND with
+        LLM_CACHE_SQLITE_PATH or REDIS_URL."""
+        url = self.llm_cache_url
+        if url is None:
+            if self.llm_cache_backend == "sqlite":
+                return CacheTarget("sqlite", path=self.llm_cache_sqlite_path)
+            if self.llm_cache_backend == "redis":
+                return CacheTarget("redis", url=str(self.redis_url))
+            return CacheTarget("off")
+        if url == "off":
+            return CacheTarget("off")
+        if url.startswith("sqlite:"):
+            return CacheTarget("sqlite", path=Path(urlsplit(url).path[1:]))
+        return CacheTarget("redis", url=url)
+
     @model_validator(mode="after")
     def _consistent(self) -> LLMSettings:
+        both = {"llm_cache_backend", "llm_cache_sqlite_path"} & self.model_fields_set
+        if self.llm_cache_url is not None and both:
+            names = ", ".join(sorted(n.upper() for n in both))
+            raise ValueError(f"LLM_CACHE_URL replaces {names}: set one or the other")
+        target = self.cache_target()
+        if target.path is not None and target.path.is_dir():
+            raise ValueError(f"the cache file {str(target.path)!r} is a directory")
         if self.llm_cache_backend == "redis" and self.redis_url is None:
             raise ValueError("LLM_CACHE_BACKEND=redis needs REDIS_URL")
+        if self.llm_concurrency_initial > self.llm_concurrency_ceiling:
+            raise ValueError("LLM_CONCURRENCY_INITIAL must not exceed LLM_CONCURRENCY_CEILING")
         if self.llm_breaker_shared and self.redis_url is None:
             raise ValueError("LLM_BREAKER_SHARED=true needs REDIS_URL")
         if self.llm_base_delay_s > self.llm_max_delay_s:
             raise ValueError("LLM_BASE_DELAY_S must not exceed LLM_MAX_DELAY_S")
         return self
+
+
+class _ValuesOnly(LLMSettings):
+    """`LLMSettings.from_values`: the same fields and checks, only the values passed in."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)

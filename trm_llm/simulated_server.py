@@ -9,6 +9,12 @@ so faults happen at the byte level where real ones do.
 What a request gets: the next `Reply` queued with `script()`, else the named scenario marked in
 the last user message (`[[sim:cut]]`, see `SCENARIOS`), else `default`.
 
+With `max_in_flight=K` it serves only K requests at once, like llama.cpp's server with few slots:
+beyond K, `overload="cut"` cuts every stream then in flight (the body ends mid-chunk, the
+connection closes: the client sees `RemoteProtocolError`), `overload="503"` answers the extra
+request 503 at once. `overloaded` counts the requests it turned away or cut, `peak_in_flight` the
+most it had at once.
+
     async with SimulatedServer() as server:
         server.script(cut(after=2), normal(["hi"]))
         ... GovernedLLMClient(server.base_url, "sim") ...
@@ -204,6 +210,15 @@ SCENARIOS: dict[str, Callable[[], Reply]] = {
 }
 
 
+class _InFlight:
+    """One request being answered; `cut` is set when an overload breaks its stream."""
+
+    __slots__ = ("cut",)
+
+    def __init__(self) -> None:
+        self.cut = False
+
+
 @dataclass
 class SimulatedServer:
     """The server; an async context manager, or `run_in_thread()` outside an event loop."""
@@ -212,8 +227,13 @@ class SimulatedServer:
     host: str = "127.0.0.1"
     port: int = 0
     requests: list[ReceivedRequest] = field(default_factory=list)
+    max_in_flight: int | None = None
+    overload: Literal["cut", "503"] = "cut"
+    overloaded: int = 0
+    peak_in_flight: int = 0
 
     def __post_init__(self) -> None:
+        self._active: set[_InFlight] = set()
         self._queue: collections.deque[Reply] = collections.deque()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -326,16 +346,41 @@ class SimulatedServer:
         body = json.loads(raw) if raw else None
         self.requests.append(ReceivedRequest(path, headers, body))
         reply = self.respond(body)
-        await _write(writer, reply, keep_alive=headers.get("connection") != "close")
-        return reply.ending == "complete" and headers.get("connection") != "close"
+        keep_alive = headers.get("connection") != "close"
+        full = self.max_in_flight is not None and len(self._active) >= self.max_in_flight
+        if full and self.overload == "503":
+            self.overloaded += 1
+            await _write(writer, status(503), keep_alive=keep_alive)
+            return keep_alive
+        ticket = _InFlight()
+        self._active.add(ticket)
+        self.peak_in_flight = max(self.peak_in_flight, len(self._active))
+        if full:
+            for other in self._active:
+                self.overloaded += not other.cut
+                other.cut = True
+        try:
+            await _write(writer, reply, keep_alive=keep_alive, ticket=ticket)
+        finally:
+            self._active.discard(ticket)
+        return reply.ending == "complete" and keep_alive and not ticket.cut
 
 
-async def _write(writer: asyncio.StreamWriter, reply: Reply, *, keep_alive: bool) -> None:
+async def _write(
+    writer: asyncio.StreamWriter,
+    reply: Reply,
+    *,
+    keep_alive: bool,
+    ticket: _InFlight | None = None,
+) -> None:
     head = [f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'Status')}"]
     head += [f"{name}: {value}" for name, value in reply.headers]
     head += ["Transfer-Encoding: chunked", f"Connection: {'keep-alive' if keep_alive else 'close'}"]
     writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
     for step in reply.steps:
+        if ticket is not None and ticket.cut:  # overloaded: end mid-body, close the connection
+            await writer.drain()
+            return
         if isinstance(step, float | int):
             await writer.drain()
             await asyncio.sleep(step)

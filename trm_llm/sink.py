@@ -52,6 +52,9 @@ Attempt (one dict per request sent)
     tokens_discarded: int         content/reasoning delta chunks received and thrown away
                                   (0 when ok)
     sleep_s: float | None         backoff slept before the next attempt
+    overload: bool                an overload the concurrency limiter handled: retried once a
+                                  slot was free, not counted against the breaker or the
+                                  attempt budget (`trm_llm.limiter`)
 
 breaker_changed
     from_state: "closed" | "open" | "half_open"
@@ -59,6 +62,14 @@ breaker_changed
     failures: int                 consecutive transient failures at the change
     at: float | None              the clock value at the change (None for a success)
     call_id: str | None           the call that caused it
+
+limit_changed                     the concurrency limiter moved its limit
+    from_limit: int, to_limit: int   (>= 1, <= ceiling)
+    cause: "overload" | "success"    shrank on an overload signal, grew on successes
+    reason: str | None            the overload signal ("RemoteProtocolError", "http_503", ...)
+    in_flight: int                calls in flight just after the move
+    ceiling: int                  the limiter's ceiling
+    call_id: str                  the call whose attempt moved it
 
 No payload ever holds the API key or a request header.
 """

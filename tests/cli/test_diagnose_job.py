@@ -225,3 +225,27 @@ def test_text_summary(
     assert "run r1: 2 items, 0 skipped as done, 2 diagnosed now" in out
     assert "recorded as uncertain, the answer naming no single tier: unparseable 1" in out
     assert "LLM: 2 calls, 0 cache hits, 0 retries" in out
+
+
+def test_a_server_with_one_slot_gets_every_item_at_the_default_concurrency(
+    sqlite_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    serve: Callable[[SimulatedServer], str],
+) -> None:
+    """Issue 17: at its default concurrency (4) against a server that cuts the streams in
+    flight when a second request arrives, `trm diagnose` stopped after a few items (the breaker
+    opened on the cut streams). The limiter learns the one slot: every item is diagnosed."""
+    use_child_env(monkeypatch, tmp_path)
+    server = TierServer(delay_s=0.01)
+    server.max_in_flight = 1
+    base_url = serve(server)
+    items = [{"question_id": f"q{i}", "hint": f"[[say:correct]] #{i}"} for i in range(30)]
+    path = write_items(tmp_path / "items.jsonl", items)  # 30 prompts: no cache hit among them
+    code, summary, _ = _diagnose(capsys, sqlite_url, path, base_url, "--run-id", "r1")
+    assert (code, summary["diagnosed"], summary["failed"], summary["stopped"]) == (0, 30, {}, None)
+    assert summary["llm"]["cache_hits"] == 0
+    assert server.overloaded > 0  # it was overloaded, and the client learnt
+    with open_store(sqlite_url) as store:
+        assert len(done_question_ids(store, "r1")) == 30

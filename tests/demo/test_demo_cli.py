@@ -162,6 +162,9 @@ def test_an_unreachable_endpoint_ends_in_infra_abort(tmp_path: Path) -> None:
     assert data["verdict"] == "infra_abort"
     assert data["infra_units"]["baseline"] > 0 and data["infra_units"]["candidate"] > 0
     assert data["calls"]["completed"] == 0
+    cause = data["infra_cause"]  # issue 17: the cause and the last error, not counts only
+    assert cause["kind"] == "unreachable" and "ConnectError" in cause["last_error"]
+    assert "--base-url" in cause["try"]
     assert data["baseline_cache"]["cached_now"] == 0  # nothing INFRA is ever cached
     with open_store(url) as store:
         assert cached_units(store, data["baseline_cache"]["snapshot"]) == set()

@@ -83,3 +83,15 @@ def test_spec_signatures() -> None:
         "ttft_ms",
         "max_inter_token_ms",
     ]
+
+
+def test_client_from_settings_and_the_limiter_are_public() -> None:
+    """Issue 17: a harness builds its client from `LLMSettings` with no glue of its own."""
+    assert {"client_from_settings", "ConcurrencyLimiter", "is_overload_signal"} <= set(
+        trm_llm.__all__
+    )
+    params = inspect.signature(trm_llm.client_from_settings).parameters
+    assert list(params)[:2] == ["settings", "sink"]
+    assert params["sink"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert params["sink"].default is None
+    assert "limiter" in inspect.signature(GovernedLLMClient).parameters

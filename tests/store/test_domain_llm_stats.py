@@ -24,10 +24,22 @@ def a_call(draw: st.DrawFn, n: int) -> tuple[str, dict[str, Any]]:
     """One call_completed / call_failed payload with random attempts, cache and salt."""
     retries = [
         attempt(
-            i + 1, "retry", draw(st.sampled_from(REASONS)), tokens_discarded=draw(st.integers(0, 3))
+            i + 1,
+            "retry",
+            draw(st.sampled_from(REASONS)),
+            tokens_discarded=draw(st.integers(0, 3)),
+            overload=draw(st.booleans()),
         )
         for i in range(draw(st.integers(0, 2)))
     ]
+    counts = st.none() | st.integers(0, 500)
+    usage = draw(
+        st.none()
+        | st.fixed_dictionaries(
+            {},
+            optional={"prompt_tokens": counts, "completion_tokens": counts, "total_tokens": counts},
+        )
+    )
     salt = draw(st.sampled_from([None, "arm-a", "arm-b"]))
     latency = draw(st.floats(0, 5000, allow_nan=False))
     if draw(st.booleans()):
@@ -41,6 +53,7 @@ def a_call(draw: st.DrawFn, n: int) -> tuple[str, dict[str, Any]]:
             finish_reason=draw(st.sampled_from(["stop", "length"])),
             ttft_ms=draw(st.none() | st.floats(0, 1000, allow_nan=False)),
             latency_ms=latency,
+            usage=usage,
         )
         return "call_completed", data
     error = draw(st.sampled_from(["retries_exhausted", "circuit_open", "fatal"]))
@@ -51,10 +64,42 @@ def a_call(draw: st.DrawFn, n: int) -> tuple[str, dict[str, Any]]:
     return "call_failed", data
 
 
-def expected(calls: list[tuple[str, str, dict[str, Any]]], opened: Counter[str]) -> dict[str, Any]:
+def _tokens(payloads: list[dict[str, Any]]) -> dict[str, int]:
+    """Usage of the answers a server sent, summed the plain way (None counts as absent)."""
+    out = {"calls": 0, "prompt": 0, "completion": 0, "total": 0}
+    for d in payloads:
+        usage = {k: v for k, v in (d.get("usage") or {}).items() if v is not None}
+        if d["cache"] == "hit" or not usage:
+            continue
+        prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+        out["calls"] += 1
+        out["prompt"] += prompt
+        out["completion"] += completion
+        out["total"] += usage.get("total_tokens", prompt + completion)
+    return out
+
+
+def _limit(moves: list[tuple[int, int]]) -> dict[str, Any]:
+    path = [moves[0][0], *(to for _, to in moves)] if moves else []
+    return {
+        "changes": len(moves),
+        "shrank": sum(to < fro for fro, to in moves),
+        "current": path[-1] if path else None,
+        "min": min(path) if path else None,
+        "max": max(path) if path else None,
+        "path": path,
+    }
+
+
+def expected(
+    calls: list[tuple[str, str, dict[str, Any]]],
+    opened: Counter[str],
+    moves: dict[str, list[tuple[int, int]]] | None = None,
+) -> dict[str, Any]:
     """The figures counted the plain way, straight from the payloads."""
+    moves = moves or {}
     out: dict[str, Any] = {}
-    for source in sorted({s for s, _, _ in calls} | set(opened)):
+    for source in sorted({s for s, _, _ in calls} | set(opened) | set(moves)):
         mine = [(t, d) for s, t, d in calls if s == source]
         done = [d for t, d in mine if t == "call_completed"]
         fetched = [d for d in done if d["cache"] != "hit"]
@@ -62,12 +107,19 @@ def expected(calls: list[tuple[str, str, dict[str, Any]]], opened: Counter[str])
             a["reason"] for _, d in mine for a in d["attempts"] if a["outcome"] != "ok"
         )
         hits = sum(d["cache"] == "hit" for _, d in mine)
-        salts: dict[str | None, dict[str, int]] = {}
+        salts: dict[str | None, dict[str, Any]] = {}
         for t, d in mine:
             salt = salts.setdefault(d["cache_salt"], {"calls": 0, "cache_hits": 0, "failed": 0})
             salt["calls"] += 1
             salt["cache_hits"] += d["cache"] == "hit"
             salt["failed"] += t == "call_failed"
+        for name, salt in salts.items():
+            salt["tokens"] = _tokens([d for d in done if d["cache_salt"] == name])
+        last = [
+            f"{d['reason']}: {d['detail']}"
+            for t, d in mine
+            if t == "call_failed" and d["error"] != "circuit_open"
+        ]
         latencies = [d["latency_ms"] for d in fetched]
         ttfts = [d["ttft_ms"] for d in fetched if d["ttft_ms"] is not None]
         out[source] = {
@@ -83,6 +135,12 @@ def expected(calls: list[tuple[str, str, dict[str, Any]]], opened: Counter[str])
             "truncated_streams": reasons["truncated_no_done"],
             "length_finishes": sum(d["finish_reason"] == "length" for d in done),
             "tokens_discarded": sum(a["tokens_discarded"] for _, d in mine for a in d["attempts"]),
+            "overload_retries": sum(
+                bool(a.get("overload")) for _, d in mine for a in d["attempts"]
+            ),
+            "last_error": last[-1] if last else None,
+            "tokens": _tokens(done),
+            "limit": _limit(moves.get(source, [])),
             "breaker_opened": opened[source],
             "latency_ms": {
                 "n": len(latencies),
@@ -123,13 +181,27 @@ def test_stats_equal_a_plain_count_of_what_was_emitted(
         for source in opened.elements():
             change = {"from_state": "closed", "to_state": "open", "failures": 5, "at": 1.0}
             sink.emit(source, "breaker_changed", {**change, "call_id": None})
-        assert llm_stats(store, after=after) == expected(calls, opened)
-        for source in {"old"} | {c[0] for c in calls} | set(opened):  # every known source
+        moves: dict[str, list[tuple[int, int]]] = {}
+        for source in data.draw(st.lists(sources, max_size=4)):
+            fro, to = data.draw(st.integers(1, 8)), data.draw(st.integers(1, 8))
+            change = {"from_limit": fro, "to_limit": to, "in_flight": 1, "ceiling": 8}
+            cause = "overload" if to < fro else "success"
+            reason = "RemoteProtocolError" if cause == "overload" else None
+            sink.emit(
+                source,
+                "limit_changed",
+                {**change, "cause": cause, "reason": reason, "call_id": f"{after}-lim"},
+            )
+            moves.setdefault(source, []).append((fro, to))
+        assert llm_stats(store, after=after) == expected(calls, opened, moves)
+        known = {"old"} | {c[0] for c in calls} | set(opened) | set(moves)
+        for source in known:  # every known source
             one = llm_stats(store, source=source, after=after)
             assert list(one) == [source]
             theirs = [c for c in calls if c[0] == source]
             # A source known from earlier but silent since `after` is all zeros.
-            assert one[source] == expected(theirs, Counter({source: opened[source]}))[source]
+            mine = {source: moves.get(source, [])}
+            assert one[source] == expected(theirs, Counter({source: opened[source]}), mine)[source]
 
 
 def test_a_source_without_events_is_a_typed_error_naming_the_known_ones(sqlite_url: str) -> None:

@@ -56,7 +56,11 @@ def add_parser(commands: Any) -> None:
         f"(default {DEFAULT_SEED})",
     )
     parser.add_argument(
-        "--concurrency", type=int_in_range(1, 256), default=8, help="calls in flight (default 8)"
+        "--concurrency",
+        type=int_in_range(1, 256),
+        default=8,
+        help="most calls in flight (default 8); the client starts at up to 4 and learns how many "
+        "the endpoint sustains",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON summary instead")
     parser.set_defaults(run=run)

@@ -29,7 +29,7 @@ from trm_store.cli.demo.server import SIMULATED_BASE_URL, DemoServer, loopback_h
 from trm_store.cli.demo.wiring import WORKSPACE, EpochRun
 from trm_store.domain.errors import UnknownWorkspaceError
 from trm_store.domain.gate_report import read_gate_report
-from trm_store.domain.llm_calls import breaker_transitions, llm_stats
+from trm_store.domain.llm_calls import breaker_transitions, llm_stats, token_totals
 from trm_store.domain.workspace import get_manifest, scaffold_workspace, update_manifest
 from trm_store.store import Store
 
@@ -111,6 +111,7 @@ async def run_demo(
             ),
             metric_written=metric,
             calls=llm_stats(store, source=endpoint.model, after=head)[endpoint.model],
+            tokens=token_totals(store, gate_id=gate_id),
             breaker=breaker_transitions(store, source=endpoint.model, after=head),
             injected=injected,
             events=store.head_position() - head,

@@ -9,7 +9,7 @@ from typing import Any
 from trm_gate import GateResult
 from trm_store.cli.demo.prompts import Prompt
 from trm_store.domain.gate_report import GateReport
-from trm_store.domain.llm_calls import LLMSourceStats
+from trm_store.domain.llm_calls import LLMSourceStats, TokenTotals
 
 __all__ = ["ArmSummary", "DemoOptions", "DemoOutcome", "Endpoint"]
 
@@ -69,6 +69,7 @@ class DemoOutcome:
     baseline_cached: int  # baseline units this run added to the baseline cache
     metric_written: bool  # the candidate's dual metric (none if nothing could be graded)
     calls: LLMSourceStats  # the model's calls during the run
+    tokens: TokenTotals  # per arm (run) and for the gate
     breaker: list[dict[str, Any]]  # its breaker's transitions during the run
     injected: dict[str, int] | None  # faults the simulated server injected
     events: int

@@ -13,7 +13,8 @@ from rich.table import Table
 from trm_gate import to_e_value
 from trm_store.cli.common import counts_text
 from trm_store.cli.demo.outcome import DemoOutcome
-from trm_store.cli.demo.summary import commands, salt_calls, truncations, why
+from trm_store.cli.demo.summary import cause_of, commands, salt_calls, truncations, why
+from trm_store.domain.llm_calls import LimitStats, Tokens
 
 __all__ = ["print_report"]
 
@@ -125,15 +126,12 @@ def _verdict(outcome: DemoOutcome) -> list[tuple[str, str]]:
             "pairing, never cached)",
         ),
     ]
-    if r.verdict == "infra_abort":
-        last = outcome.candidate.last_error or outcome.baseline.last_error
-        rows.append(
-            (
-                "",
-                "[red]the endpoint failed too often to measure anything[/]"
-                + (f"; last error: {escape(last)}" if last else ""),
-            )
-        )
+    cause = cause_of(outcome)
+    if cause is not None:
+        rows.append(("why", f"[red]{cause.kind}[/]: {escape(cause.text)}"))
+        rows.append(("try", escape(cause.hint)))
+        if cause.last_error:
+            rows.append(("last error", escape(cause.last_error)))
     return rows
 
 
@@ -172,6 +170,8 @@ def _governance(outcome: DemoOutcome) -> list[tuple[str, str]]:
             f"{calls['tokens_discarded']} partial chunks discarded, none graded or cached",
         ),
         ("breaker", _breaker_path(outcome.breaker)),
+        ("concurrency", _limit_line(calls["limit"], calls["overload_retries"])),
+        ("tokens", _tokens_line(outcome)),
     ]
     if outcome.injected is not None:
         injected = counts_text(outcome.injected) or "none"
@@ -183,6 +183,33 @@ def _governance(outcome: DemoOutcome) -> list[tuple[str, str]]:
             )
         )
     return rows
+
+
+def _limit_line(limit: LimitStats, retried: int) -> str:
+    """The concurrency limit's path, elided like the breaker's, and the overloads it handled."""
+    path = [str(n) for n in limit["path"]]
+    if not path:
+        return "the limit never moved: no overload"
+    shown = " -> ".join(
+        path if len(path) <= _PATH_MAX else [*path[: _PATH_MAX - 1], "...", path[-1]]
+    )
+    return (
+        f"limit {shown} ({limit['changes']} changes, min {limit['min']}, max {limit['max']}); "
+        f"{retried} attempts cut or refused by overload were retried once a slot was free, "
+        "not counted against the breaker"
+    )
+
+
+def _tokens_text(tokens: Tokens) -> str:
+    return f"{tokens['total']} ({tokens['prompt']} prompt + {tokens['completion']} completion)"
+
+
+def _tokens_line(outcome: DemoOutcome) -> str:
+    arms = "; ".join(
+        f"{r['arm'] or r['run_id']} {_tokens_text(r['tokens'])}" for r in outcome.tokens["runs"]
+    )
+    total = outcome.tokens["total"]
+    return f"{_tokens_text(total)} in {total['calls']} answers from the endpoint; {arms}"
 
 
 def _breaker_path(transitions: list[dict[str, Any]]) -> str:

@@ -11,10 +11,11 @@ from typing import Any
 
 from trm_gate import to_e_value
 from trm_store.cli.common import json_e_value
+from trm_store.cli.demo.cause import InfraCause, infra_cause
 from trm_store.cli.demo.outcome import DemoOutcome
-from trm_store.domain.llm_calls import LLMSourceStats, SaltCalls
+from trm_store.domain.llm_calls import LLMSourceStats, SaltCalls, no_tokens
 
-__all__ = ["TRUNCATIONS", "commands", "salt_calls", "summary", "truncations", "why"]
+__all__ = ["TRUNCATIONS", "cause_of", "commands", "salt_calls", "summary", "truncations", "why"]
 
 TRUNCATIONS = ("truncated_no_done", "stall_inter_token")
 """Failed-attempt reasons of a stream that ended or stalled mid-answer."""
@@ -31,19 +32,33 @@ def why(outcome: DemoOutcome) -> str:
     )
 
 
+def cause_of(outcome: DemoOutcome) -> InfraCause | None:
+    """Why the gate ended `infra_abort` (None for any other verdict)."""
+    if outcome.result.verdict != "infra_abort":
+        return None
+    return infra_cause(outcome.calls, outcome.baseline, outcome.candidate)
+
+
+def _tokens(outcome: DemoOutcome) -> dict[str, Any]:
+    arms = {r["arm"] or r["run_id"]: r["tokens"] for r in outcome.tokens["runs"]}
+    return {"gate": outcome.tokens["total"], "arms": arms}
+
+
 def commands(outcome: DemoOutcome) -> list[str]:
     """The commands that show what the run recorded."""
     db = shlex.quote(outcome.store_url)
     return [
         f"trm gate-report {shlex.quote(outcome.result.gate_id)} --db {db}",
         f"trm replay-projections --verify --db {db}",
-        f"trm llm-stats --source {shlex.quote(outcome.endpoint.model)} --db {db}",
+        f"trm llm-stats --source {shlex.quote(outcome.endpoint.model)} "
+        f"--gate {shlex.quote(outcome.result.gate_id)} --db {db}",
     ]
 
 
 def salt_calls(calls: LLMSourceStats, salt: str) -> SaltCalls:
     """The calls asked with `salt` (an arm's), zeros if none."""
-    return calls["by_salt"].get(salt, {"calls": 0, "cache_hits": 0, "failed": 0})
+    zeros: SaltCalls = {"calls": 0, "cache_hits": 0, "failed": 0, "tokens": no_tokens()}
+    return calls["by_salt"].get(salt, zeros)
 
 
 def truncations(calls: LLMSourceStats) -> int:
@@ -54,9 +69,19 @@ def truncations(calls: LLMSourceStats) -> int:
 def summary(outcome: DemoOutcome) -> dict[str, Any]:
     """The run as one JSON-ready document."""
     r, calls, report = outcome.result, outcome.calls, outcome.report
+    cause = cause_of(outcome)
     return {
         "verdict": r.verdict,
         "reason": why(outcome),
+        "infra_cause": None
+        if cause is None
+        else {
+            "kind": cause.kind,
+            "text": cause.text,
+            "try": cause.hint,
+            "counts": cause.counts,
+            "last_error": cause.last_error,
+        },
         "gate_id": r.gate_id,
         "workspace": outcome.workspace,
         "epoch": outcome.epoch,
@@ -119,7 +144,10 @@ def summary(outcome: DemoOutcome) -> dict[str, Any]:
             "failed_attempts_by_reason": calls["attempt_reasons"],
             "truncations_caught": truncations(calls),
             "tokens_discarded": calls["tokens_discarded"],
+            "overload_retries": calls["overload_retries"],
         },
+        "concurrency_limit": calls["limit"],
+        "tokens": _tokens(outcome),
         "breaker_transitions": [
             {k: t[k] for k in ("from_state", "to_state", "failures")} for t in outcome.breaker
         ],

@@ -20,11 +20,11 @@ from sqlalchemy import make_url
 
 from trm_gate import INFRA_STOP_REASONS, Arm, Gate, GateResult
 from trm_llm import (
-    CircuitBreaker,
     GovernedLLMClient,
+    LLMSettings,
     RetryPolicy,
-    SqliteResponseCache,
     StoreEventSink,
+    client_from_settings,
 )
 from trm_store.cli.demo.arms import BreakerWait, DemoArm, Requeue
 from trm_store.cli.demo.outcome import ArmSummary, DemoOptions, Endpoint
@@ -37,12 +37,25 @@ from trm_store.domain.runs import read_predictions
 from trm_store.domain.workspace import record_run, update_best, update_manifest
 from trm_store.store import Store
 
-__all__ = ["DEMO_RETRY", "WORKSPACE", "EpochRun", "cache_path_for", "snapshot"]
+__all__ = ["DEMO_RETRY", "DEMO_SETTINGS", "WORKSPACE", "EpochRun", "cache_path_for", "snapshot"]
 
 DEMO_RETRY = RetryPolicy(
     max_attempts=6, base_delay_s=0.05, max_delay_s=0.5, deadline_s=30.0, retry_after_cap_s=2.0
 )
 """Demo-sized retries: short backoff, so a run with injected faults still ends in seconds."""
+
+DEMO_SETTINGS: dict[str, Any] = {
+    "llm_max_attempts": DEMO_RETRY.max_attempts,
+    "llm_base_delay_s": DEMO_RETRY.base_delay_s,
+    "llm_max_delay_s": DEMO_RETRY.max_delay_s,
+    "llm_deadline_s": DEMO_RETRY.deadline_s,
+    "llm_retry_after_cap_s": DEMO_RETRY.retry_after_cap_s,
+    "llm_breaker_fail_threshold": 5,
+    "llm_breaker_cooldown_s": 1.0,
+    "llm_breaker_probe_timeout_s": 10.0,
+}
+"""`DEMO_RETRY` and the demo's breaker as settings; the rest of the demo's `LLMSettings` comes
+from its options (`EpochRun.settings`)."""
 
 WORKSPACE = "trm-demo"
 BLOCK_SIZE = 12
@@ -96,21 +109,27 @@ class EpochRun:
         self.runs = (f"{gate_id}-baseline", f"{gate_id}-candidate")
         self.cache_path = cache_path_for(default_url(options.db))
 
-    def _client(self, breaker: CircuitBreaker, http: httpx.AsyncClient | None) -> GovernedLLMClient:
-        sink = StoreEventSink(self.store)
+    def settings(self) -> LLMSettings:
+        """The demo's client settings: its options, never the shell's LLM_* variables. The
+        concurrency limiter starts at up to 4 calls in flight and may learn up to
+        `--concurrency`."""
         simulated = self.endpoint.simulated  # its stalls are short; a real model may think
-        return GovernedLLMClient(
-            self.endpoint.base_url,
-            self.endpoint.model,
-            api_key=self.options.api_key,
-            cache=SqliteResponseCache(self.cache_path, ttl_s=CACHE_TTL_S, sink=sink),
-            breaker=breaker,
-            retry=DEMO_RETRY,
-            sink=sink,
-            http=http,
-            first_token_timeout_s=0.8 if simulated else 60.0,
-            inter_token_timeout_s=0.5 if simulated else 30.0,
+        ceiling = self.options.concurrency
+        return LLMSettings.from_values(
+            llm_base_url=self.endpoint.base_url,
+            llm_model=self.endpoint.model,
+            llm_api_key=self.options.api_key,
+            llm_cache_url=f"sqlite:///{self.cache_path}",
+            redis_cache_ttl=CACHE_TTL_S,
+            llm_first_token_timeout_s=0.8 if simulated else 60.0,
+            llm_inter_token_timeout_s=0.5 if simulated else 30.0,
+            llm_concurrency_initial=min(4, ceiling),
+            llm_concurrency_ceiling=ceiling,
+            **DEMO_SETTINGS,
         )
+
+    def _client(self, http: httpx.AsyncClient | None) -> GovernedLLMClient:
+        return client_from_settings(self.settings(), sink=StoreEventSink(self.store), http=http)
 
     def _config(self, i: int) -> dict[str, Any]:
         return {
@@ -132,9 +151,9 @@ class EpochRun:
         pool = demo_pool()
         limiter = asyncio.Semaphore(self.options.concurrency)
         params = {"temperature": 0, "max_tokens": self.options.max_tokens}
-        breaker = CircuitBreaker(fail_threshold=5, cooldown_s=1.0, probe_timeout_s=10.0)
-        wait = BreakerWait(breaker, self.endpoint.model, REQUEUE)
-        async with self._client(breaker, http) as client:
+        async with self._client(http) as client:
+            assert client.breaker is not None  # client_from_settings always gives one
+            wait = BreakerWait(client.breaker, client.source, REQUEUE)
             with (
                 RunLog(self.store, self.runs[0], config=self._config(0)) as base_log,
                 RunLog(self.store, self.runs[1], config=self._config(1)) as cand_log,

@@ -117,9 +117,8 @@ def _run_job(
     template: PromptTemplate,
     items: Sequence[Item],
 ) -> int:
-    from trm_llm import StoreEventSink
+    from trm_llm import StoreEventSink, client_from_settings
     from trm_store.cli.diagnose import job
-    from trm_store.cli.diagnose.client import governed_client
 
     console = Console(stderr=True)
     with open_store(args.db) as store:
@@ -128,7 +127,7 @@ def _run_job(
             task = progress.add_task(f"diagnosing {args.run_id}", total=None)
 
             async def main() -> tuple[Summary, str]:
-                async with governed_client(settings, sink) as client:
+                async with client_from_settings(settings, sink=sink) as client:
                     done = await job.diagnose(
                         store,
                         client,

@@ -25,6 +25,7 @@ __all__ = [
     "CACHE_WRITE_FAILED",
     "CALL_COMPLETED",
     "CALL_FAILED",
+    "LIMIT_CHANGED",
     "STREAM",
     "llm_stream",
 ]
@@ -48,6 +49,7 @@ class Attempt(DomainModel):
     latency_ms: _Ms
     tokens_discarded: int = Field(ge=0, le=_TOKENS_MAX)
     sleep_s: Real | None = Field(ge=0)
+    overload: bool = False  # an overload the concurrency limiter handled (absent before it)
 
 
 class _Call(DomainModel):
@@ -87,6 +89,18 @@ class BreakerChanged(DomainModel):
     call_id: _Short | None
 
 
+class LimitChanged(DomainModel):
+    """The concurrency limiter moved its limit: shrank on an overload, grew on successes."""
+
+    from_limit: int = Field(ge=1)
+    to_limit: int = Field(ge=1)
+    cause: Literal["overload", "success"]
+    reason: _Short | None  # the overload signal ("RemoteProtocolError", "http_503", ...)
+    in_flight: int = Field(ge=0)
+    ceiling: int = Field(ge=1)
+    call_id: _Short
+
+
 class BreakerSharedState(DomainModel):
     """The Redis-shared breaker lost (`breaker_degraded`) or regained (`breaker_restored`) Redis."""
 
@@ -113,6 +127,7 @@ class CacheIOFailed(_CacheProblem):
 CALL_COMPLETED = "llm.call_completed"
 CALL_FAILED = "llm.call_failed"
 BREAKER_CHANGED = "llm.breaker_changed"
+LIMIT_CHANGED = "llm.limit_changed"
 BREAKER_DEGRADED = "llm.breaker_degraded"
 BREAKER_RESTORED = "llm.breaker_restored"
 CACHE_CORRUPT = "llm.cache_corrupt"
@@ -121,6 +136,7 @@ CACHE_WRITE_FAILED = "llm.cache_write_failed"
 register_event_type(CALL_COMPLETED, CallCompleted)
 register_event_type(CALL_FAILED, CallFailed)
 register_event_type(BREAKER_CHANGED, BreakerChanged)
+register_event_type(LIMIT_CHANGED, LimitChanged)
 register_event_type(BREAKER_DEGRADED, BreakerSharedState)
 register_event_type(BREAKER_RESTORED, BreakerSharedState)
 register_event_type(CACHE_CORRUPT, CacheCorrupt)

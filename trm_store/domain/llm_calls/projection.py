@@ -3,6 +3,7 @@
 - `llm_calls`: one row per call: outcome, cache status and salt, attempts and the reasons of
   the failed ones, latency, TTFT, tokens, the event's position;
 - `llm_breaker_transitions`: every breaker state change, per source, in order;
+- `llm_limit_changes`: every move of the concurrency limit, per source, in order;
 - `llm_cache_problems`: every corrupt entry and failed cache read or write (source `cache`).
 """
 
@@ -34,6 +35,7 @@ from trm_store.domain.llm_calls.models import (
     CACHE_EVENTS,
     CALL_COMPLETED,
     CALL_FAILED,
+    LIMIT_CHANGED,
     STREAM,
 )
 from trm_store.events import RecordedEvent
@@ -47,12 +49,13 @@ PROJECTION = "llm_calls"
 
 
 class LLMCallsProjection(Projection):
-    """`llm_calls`, `llm_breaker_transitions` and `llm_cache_problems` (see the module doc)."""
+    """`llm_calls`, `llm_breaker_transitions`, `llm_limit_changes` and `llm_cache_problems`
+    (see the module doc)."""
 
     name: ClassVar[str] = PROJECTION
-    version: ClassVar[int] = 3
+    version: ClassVar[int] = 4  # 3: exact JSON text (issue 14); 3': overload_retries (17)
     event_types: ClassVar[frozenset[str]] = frozenset(
-        {CALL_COMPLETED, CALL_FAILED, BREAKER_CHANGED} | CACHE_EVENTS
+        {CALL_COMPLETED, CALL_FAILED, BREAKER_CHANGED, LIMIT_CHANGED} | CACHE_EVENTS
     )
 
     def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
@@ -68,6 +71,7 @@ class LLMCallsProjection(Projection):
             Column("outcome", String(16), nullable=False),  # completed | failed
             Column("error", String(32), nullable=True),  # the failure kind, if failed
             Column("reason", String(255), nullable=True),  # the last failure reason, if failed
+            Column("detail", Text, nullable=True),  # the failure's message, if failed
             Column("status", Integer, nullable=True),
             Column("finish_reason", String(255), nullable=True),
             Column("cache", String(8), nullable=False),  # off | hit | miss
@@ -77,6 +81,7 @@ class LLMCallsProjection(Projection):
             Column("attempts", Integer, nullable=False),
             Column("attempt_reasons", JsonColumn, nullable=False),  # failed attempts, in order
             Column("tokens_discarded", BigInteger, nullable=False),
+            Column("overload_retries", Integer, nullable=False),  # handled by the limiter
             Column("latency_ms", Float, nullable=False),
             Column("ttft_ms", Float, nullable=True),
             Column("max_inter_token_ms", Float, nullable=True),
@@ -100,6 +105,21 @@ class LLMCallsProjection(Projection):
             Column("recorded_at", DateTime(timezone=True), nullable=False),
         )
         Index(f"ix_llm_breaker_source{suffix}", breaker.c.source, breaker.c.position)
+        limits = Table(
+            f"llm_limit_changes{suffix}",
+            metadata,
+            Column("position", BigInteger, primary_key=True, autoincrement=False),
+            Column("source", String(255), nullable=False),
+            Column("from_limit", Integer, nullable=False),
+            Column("to_limit", Integer, nullable=False),
+            Column("cause", String(16), nullable=False),
+            Column("reason", String(255), nullable=True),
+            Column("in_flight", Integer, nullable=False),
+            Column("ceiling", Integer, nullable=False),
+            Column("call_id", String(255), nullable=False),
+            Column("recorded_at", DateTime(timezone=True), nullable=False),
+        )
+        Index(f"ix_llm_limit_source{suffix}", limits.c.source, limits.c.position)
         cache = Table(
             f"llm_cache_problems{suffix}",
             metadata,
@@ -112,26 +132,29 @@ class LLMCallsProjection(Projection):
             Column("detail", Text, nullable=False),
             Column("recorded_at", DateTime(timezone=True), nullable=False),
         )
-        return {"calls": calls, "breaker": breaker, "cache": cache}
+        return {"calls": calls, "breaker": breaker, "limits": limits, "cache": cache}
 
     def apply(
         self, conn: Connection, tables: Mapping[str, Table], events: Sequence[RecordedEvent]
     ) -> None:
         calls: list[dict[str, Any]] = []
         breaker: list[dict[str, Any]] = []
+        limits: list[dict[str, Any]] = []
         cache: list[dict[str, Any]] = []
         for event in events:
             if event.type in (CALL_COMPLETED, CALL_FAILED):
                 calls.append(_call_row(event))
             elif event.type == BREAKER_CHANGED:
                 breaker.append(_breaker_row(event))
+            elif event.type == LIMIT_CHANGED:
+                limits.append(_limit_row(event))
             else:
                 cache.append(_cache_row(event))
         columns = [c.name for c in tables["calls"].columns if c.name != "call_id"]
         upsert(conn, tables["calls"], calls, keys=("call_id",), update=columns)
-        for table, rows in ((tables["breaker"], breaker), (tables["cache"], cache)):
+        for name, rows in (("breaker", breaker), ("limits", limits), ("cache", cache)):
             if rows:
-                conn.execute(insert(table), rows)
+                conn.execute(insert(tables[name]), rows)
 
 
 def _source(event: RecordedEvent) -> str:
@@ -160,6 +183,7 @@ def _call_row(event: RecordedEvent) -> dict[str, Any]:
         "outcome": "completed" if completed else "failed",
         "error": None if completed else data["error"],
         "reason": None if completed else data["reason"],
+        "detail": None if completed else data["detail"],
         "status": attempts[-1]["status"] if completed and attempts else data.get("status"),
         "finish_reason": data["finish_reason"] if completed else None,
         "cache": data["cache"],
@@ -169,6 +193,7 @@ def _call_row(event: RecordedEvent) -> dict[str, Any]:
         "attempts": len(attempts),
         "attempt_reasons": [a["reason"] for a in attempts if a["outcome"] != "ok"],
         "tokens_discarded": sum(a["tokens_discarded"] for a in attempts),
+        "overload_retries": sum(bool(a.get("overload")) for a in attempts),
         "latency_ms": data["latency_ms"],
         "ttft_ms": data.get("ttft_ms"),
         "max_inter_token_ms": data.get("max_inter_token_ms"),
@@ -185,6 +210,16 @@ def _breaker_row(event: RecordedEvent) -> dict[str, Any]:
         "position": event.position,
         "source": _source(event),
         **{k: event.data[k] for k in ("from_state", "to_state", "failures", "at", "call_id")},
+        "recorded_at": event.recorded_at,
+    }
+
+
+def _limit_row(event: RecordedEvent) -> dict[str, Any]:
+    keys = ("from_limit", "to_limit", "cause", "reason", "in_flight", "ceiling", "call_id")
+    return {
+        "position": event.position,
+        "source": _source(event),
+        **{k: event.data[k] for k in keys},
         "recorded_at": event.recorded_at,
     }
 

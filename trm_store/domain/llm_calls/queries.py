@@ -1,5 +1,5 @@
-"""The LLM calls' rows as the `llm_calls` projection holds them: calls, breaker changes, cache
-problems, each in log order, optionally of one source and after a position."""
+"""The LLM calls' rows as the `llm_calls` projection holds them: calls, breaker changes, limit
+changes, cache problems, each in log order, optionally of one source and after a position."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from trm_store.domain.llm_calls.projection import PROJECTION
 if TYPE_CHECKING:
     from trm_store.store import Store
 
-__all__ = ["breaker_transitions", "cache_problems", "llm_call", "llm_calls"]
+__all__ = ["breaker_transitions", "cache_problems", "limit_changes", "llm_call", "llm_calls"]
 
 
 def _rows(store: Store, table: str, source: str | None, after: int) -> list[dict[str, Any]]:
@@ -49,6 +49,13 @@ def breaker_transitions(
 ) -> list[dict[str, Any]]:
     """Breaker state changes (of one source, if given; after position `after`) in order."""
     return _rows(store, "breaker", source, after)
+
+
+def limit_changes(
+    store: Store, *, source: str | None = None, after: int = 0
+) -> list[dict[str, Any]]:
+    """Concurrency limit changes (of one source, if given; after position `after`) in order."""
+    return _rows(store, "limits", source, after)
 
 
 def cache_problems(store: Store) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Table, select, union
 from trm_store.domain._common import check_id, check_int
 from trm_store.domain.errors import UnknownLLMSourceError
 from trm_store.domain.llm_calls.projection import PROJECTION
+from trm_store.domain.llm_calls.tokens import Tokens, add_tokens, no_tokens
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TRUNCATED",
     "LLMSourceStats",
+    "LimitStats",
     "SaltCalls",
     "Spread",
     "llm_sources",
@@ -54,6 +56,21 @@ class SaltCalls(TypedDict):
     calls: int
     cache_hits: int
     failed: int
+    tokens: Tokens
+
+
+class LimitStats(TypedDict):
+    """The concurrency limiter's moves: None figures when it never moved (or there is none)."""
+
+    changes: int
+    shrank: int
+    """Moves down, each on an overload (too many calls in flight for the endpoint)."""
+    current: int | None
+    """The limit after the last move."""
+    min: int | None
+    max: int | None
+    path: list[int]
+    """The limit before the first move, then after each move."""
 
 
 class LLMSourceStats(TypedDict):
@@ -80,6 +97,14 @@ class LLMSourceStats(TypedDict):
     """Completed calls that stopped at the token limit (finish_reason `length`)."""
     tokens_discarded: int
     """Chunks of failed attempts thrown away."""
+    last_error: str | None
+    """The last failed call's reason and message, the breaker's bare refusals aside (None if
+    no other call failed)."""
+    overload_retries: int
+    """Attempts cut by an overload that the concurrency limiter handled (retried, not counted
+    against the breaker)."""
+    tokens: Tokens
+    limit: LimitStats
     breaker_opened: int
     """Breaker transitions to `open`."""
     latency_ms: Spread
@@ -112,13 +137,21 @@ class _Tally:
     by_salt: dict[str | None, SaltCalls] = field(default_factory=dict)
     latencies: list[float] = field(default_factory=list)
     ttfts: list[float] = field(default_factory=list)
+    tokens: Tokens = field(default_factory=no_tokens)
+    limits: list[int] = field(default_factory=list)  # the limit path
+    last_error: str | None = None
+    shrank: int = 0
 
     def add(self, row: Any) -> None:
         hit, failed = bool(row.cache_hit), row.outcome == "failed"
-        salt = self.by_salt.setdefault(row.cache_salt, {"calls": 0, "cache_hits": 0, "failed": 0})
+        salt = self.by_salt.setdefault(
+            row.cache_salt, {"calls": 0, "cache_hits": 0, "failed": 0, "tokens": no_tokens()}
+        )
         salt["calls"] += 1
         salt["cache_hits"] += hit
         salt["failed"] += failed
+        add_tokens(salt["tokens"], row)
+        add_tokens(self.tokens, row)
         self.counts.update(
             calls=1,
             completed=not failed,
@@ -127,18 +160,27 @@ class _Tally:
             attempts=row.attempts,
             retries=max(row.attempts - 1, 0),
             tokens_discarded=row.tokens_discarded,
+            overload_retries=row.overload_retries,
             length_finishes=row.finish_reason == "length",
         )
         if failed:
             self.errors[row.error] += 1
+            if row.error != "circuit_open":
+                self.last_error = f"{row.reason}: {row.detail}"
         self.reasons.update(row.attempt_reasons)
         if not failed and not hit:
             self.latencies.append(row.latency_ms)
             if row.ttft_ms is not None:
                 self.ttfts.append(row.ttft_ms)
 
+    def limit_changed(self, row: Any) -> None:
+        if not self.limits:
+            self.limits.append(row.from_limit)
+        self.limits.append(row.to_limit)
+        self.shrank += row.to_limit < row.from_limit
+
     def stats(self) -> LLMSourceStats:
-        c = self.counts
+        c, path = self.counts, self.limits
         return {
             "calls": c["calls"],
             "completed": c["completed"],
@@ -152,6 +194,17 @@ class _Tally:
             "truncated_streams": self.reasons[TRUNCATED],
             "length_finishes": c["length_finishes"],
             "tokens_discarded": c["tokens_discarded"],
+            "overload_retries": c["overload_retries"],
+            "last_error": self.last_error,
+            "tokens": self.tokens,
+            "limit": {
+                "changes": max(len(path) - 1, 0),
+                "shrank": self.shrank,
+                "current": path[-1] if path else None,
+                "min": min(path) if path else None,
+                "max": max(path) if path else None,
+                "path": path,
+            },
             "breaker_opened": c["breaker_opened"],
             "latency_ms": _spread(self.latencies),
             "ttft_ms": _spread(self.ttfts),
@@ -163,14 +216,20 @@ _CALL_COLUMNS = (
     "source",
     "outcome",
     "error",
+    "reason",
+    "detail",
     "cache_hit",
     "cache_salt",
     "attempts",
     "attempt_reasons",
     "tokens_discarded",
+    "overload_retries",
     "finish_reason",
     "latency_ms",
     "ttft_ms",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
 )
 
 
@@ -186,18 +245,22 @@ def llm_stats(
     check_int("after", after, minimum=0)
     tallies: dict[str, _Tally] = {}
     with store.query(PROJECTION) as (conn, tables):
-        calls, breaker = tables["calls"], tables["breaker"]
+        calls, breaker, limits = tables["calls"], tables["breaker"], tables["limits"]
         rows = select(*(calls.c[name] for name in _CALL_COLUMNS)).where(calls.c.position > after)
         opened = select(breaker.c.source).where(
             breaker.c.to_state == "open", breaker.c.position > after
         )
+        moves = select(limits).where(limits.c.position > after)
         if source is not None:
             rows = rows.where(calls.c.source == source)
             opened = opened.where(breaker.c.source == source)
+            moves = moves.where(limits.c.source == source)
         for row in conn.execute(rows.order_by(calls.c.position)):
             tallies.setdefault(row.source, _Tally()).add(row)
         for (name,) in conn.execute(opened):
             tallies.setdefault(name, _Tally()).counts["breaker_opened"] += 1
+        for row in conn.execute(moves.order_by(limits.c.position)):
+            tallies.setdefault(row.source, _Tally()).limit_changed(row)
         if source is not None and source not in tallies:
             known = _sources(conn, tables)
             if source not in known:
@@ -217,7 +280,7 @@ def llm_sources(store: Store) -> list[str]:
 
 
 def _sources(conn: Connection, tables: Mapping[str, Table]) -> set[str]:
-    """Every source with a call or a breaker change recorded."""
-    calls, breaker = tables["calls"], tables["breaker"]
-    query = union(select(calls.c.source), select(breaker.c.source))
+    """Every source with a call, a breaker change or a limit change recorded."""
+    calls, breaker, limits = tables["calls"], tables["breaker"], tables["limits"]
+    query = union(select(calls.c.source), select(breaker.c.source), select(limits.c.source))
     return {name for (name,) in conn.execute(query)}
