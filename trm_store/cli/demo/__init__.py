@@ -1,11 +1,13 @@
 """`trm demo`: one gated epoch end to end, against a real endpoint or a simulated one.
 
-This module is the command (arguments, the progress line, the output); its parts are the
+This module is the command (arguments, the progress bar: units gated of the pool, with an ETA,
+and questions answered; the output); its parts are the
 package's modules, imported only when the command runs, so the other subcommands never load the
 client, httpx or the simulated server:
 
 - `epoch`: `run_demo`, the epoch end to end; `wiring`: its client, arms, gate and record;
-- `arms`: one arm (ask, grade, record), waiting out an open breaker;
+- `arms`: one arm (`trm_gate.QuestionAsker` through the governed client), waiting out an
+  open breaker;
 - `pool`, `prompts`, `model`, `faults`, `server`: the bundled pool, the two prompts and the
   grader, the simulated model, its injected faults, and the loopback server that serves it;
 - `outcome`: what was asked and what happened, as plain values;
@@ -88,11 +90,19 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
+    from trm_gate import GateProgress, GateSettingsError
+    from trm_store.cli.common import progress_bar
     from trm_store.cli.demo.epoch import run_demo
     from trm_store.cli.demo.outcome import DemoOptions
     from trm_store.cli.demo.report import print_report
     from trm_store.cli.demo.summary import summary
+    from trm_store.cli.demo.wiring import gate_settings
 
+    try:
+        gate_settings()  # checked before anything is written
+    except GateSettingsError as e:
+        print(f"trm demo: error: {e}", file=sys.stderr)
+        return 2
     options = DemoOptions(
         db=args.db,
         base_url=args.base_url,
@@ -101,17 +111,21 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         concurrency=args.concurrency,
     )
-    progress = Console(stderr=True)
     answered = 0
-    with progress.status("trm demo: starting") as status:
+    with progress_bar(Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("trm demo: starting", total=None)
 
         def tick() -> None:
             nonlocal answered
             answered += 1
-            status.update(f"trm demo: {answered} questions answered")
+            progress.update(task, description=f"trm demo: {answered} questions answered")
+
+        def block(p: GateProgress) -> None:
+            text = f"trm demo: block {p.block}/{p.blocks}, E+ {p.e_value:.3g}, {answered} answered"
+            progress.update(task, total=p.units_total, completed=p.units_done, description=text)
 
         try:
-            outcome = asyncio.run(run_demo(options, on_answer=tick))
+            outcome = asyncio.run(run_demo(options, on_answer=tick, on_block=block))
         except KeyboardInterrupt:
             print("trm demo: interrupted (the runs are marked failed)", file=sys.stderr)
             return 130

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from trm_gate import GateProgress
 from trm_store.bootstrap import open_store
 from trm_store.cli.demo.faults import FaultPlan
 from trm_store.cli.demo.model import SimulatedModel
@@ -72,9 +73,13 @@ def _endpoint(options: DemoOptions, epoch: int) -> Iterator[tuple[Endpoint, Demo
 
 
 async def run_demo(
-    options: DemoOptions, *, on_answer: Callable[[], None] = lambda: None
+    options: DemoOptions,
+    *,
+    on_answer: Callable[[], None] = lambda: None,
+    on_block: Callable[[GateProgress], None] | None = None,
 ) -> DemoOutcome:
-    """Run one gated epoch (see the module docstring); `on_answer` ticks once per question."""
+    """Run one gated epoch (see the module docstring); `on_answer` ticks once per question,
+    `on_block` once per gate block (the gate's progress)."""
     started = time.perf_counter()
     with open_store(options.db) as store:
         head = store.head_position()
@@ -88,7 +93,7 @@ async def run_demo(
             epoch_run = EpochRun(store, options, endpoint, (base, cand), epoch, gate_id, salt)
             http = None if server is None else loopback_http(server)
             try:
-                result, arms = await epoch_run.run(on_answer, http)
+                result, arms = await epoch_run.run(on_answer, http, on_block)
             finally:
                 if http is not None:
                     await http.aclose()

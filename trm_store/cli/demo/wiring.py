@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 from sqlalchemy import make_url
 
-from trm_gate import INFRA_STOP_REASONS, Arm, Gate, GateResult
+from trm_gate import INFRA_STOP_REASONS, Arm, Gate, GateProgress, GateResult, GateSettings
 from trm_llm import (
     CircuitBreaker,
     GovernedLLMClient,
@@ -37,7 +37,7 @@ from trm_store.domain.runs import read_predictions
 from trm_store.domain.workspace import record_run, update_best, update_manifest
 from trm_store.store import Store
 
-__all__ = ["DEMO_RETRY", "WORKSPACE", "EpochRun", "cache_path_for", "snapshot"]
+__all__ = ["DEMO_RETRY", "WORKSPACE", "EpochRun", "cache_path_for", "gate_settings", "snapshot"]
 
 DEMO_RETRY = RetryPolicy(
     max_attempts=6, base_delay_s=0.05, max_delay_s=0.5, deadline_s=30.0, retry_after_cap_s=2.0
@@ -48,6 +48,11 @@ WORKSPACE = "trm-demo"
 BLOCK_SIZE = 12
 REQUEUE = Requeue(max_times=3, max_wait_s=5.0)
 CACHE_TTL_S = 7 * 86400
+
+
+def gate_settings() -> GateSettings:
+    """The demo's gate parameters: `$TRM_GATE_*` and `$TRM_GATE_CONFIG`, else blocks of 12."""
+    return GateSettings.load(defaults={"block_size": BLOCK_SIZE})
 
 
 def cache_path_for(store_url: str) -> Path:
@@ -126,7 +131,10 @@ class EpochRun:
         }
 
     async def run(
-        self, on_answer: Callable[[], None], http: httpx.AsyncClient | None
+        self,
+        on_answer: Callable[[], None],
+        http: httpx.AsyncClient | None,
+        on_block: Callable[[GateProgress], None] | None = None,
     ) -> tuple[GateResult, tuple[DemoArm, DemoArm]]:
         """The gate over the whole pool; its result and the two arms (for their counters)."""
         pool = demo_pool()
@@ -145,13 +153,14 @@ class EpochRun:
                         self.prompts, self.salts, (base_log, cand_log), strict=True
                     )
                 )
-                gate = Gate(self.store, alpha=0.05, beta=0.2, p1=0.6, block_size=BLOCK_SIZE)
+                gate = Gate.from_settings(self.store, gate_settings())
                 result = await gate.run(
                     self.gate_id,
                     pool.units(),
                     baseline=Arm(self.snapshots[0], arms[0].evaluate),
                     candidate=Arm(self.snapshots[1], arms[1].evaluate),
                     seed=self.options.seed,
+                    progress=on_block,
                 )
         return result, (arms[0], arms[1])
 
