@@ -60,6 +60,12 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--concurrency", type=int_in_range(1, 256), default=8, help="calls in flight (default 8)"
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the last gate of the workspace after a crash or Ctrl-C (its recorded "
+        "blocks are kept, the rest run; same seed and unit order)",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON summary instead")
     parser.set_defaults(run=run)
 
@@ -90,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from trm_gate import GateProgress, GateSettingsError
+    from trm_gate import GateInputError, GateProgress, GateStateError
     from trm_store.cli.common import progress_bar
     from trm_store.cli.demo.epoch import run_demo
     from trm_store.cli.demo.outcome import DemoOptions
@@ -100,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         gate_settings()  # checked before anything is written
-    except GateSettingsError as e:
+    except GateInputError as e:  # GateSettingsError
         print(f"trm demo: error: {e}", file=sys.stderr)
         return 2
     options = DemoOptions(
@@ -125,9 +131,17 @@ def run(args: argparse.Namespace) -> int:
             progress.update(task, total=p.units_total, completed=p.units_done, description=text)
 
         try:
-            outcome = asyncio.run(run_demo(options, on_answer=tick, on_block=block))
+            demo = run_demo(options, on_answer=tick, on_block=block, resume=args.resume)
+            outcome = asyncio.run(demo)
+        except (GateStateError, GateInputError) as e:  # e.g. --resume of a gate that decided
+            print(f"trm demo: error: {e}", file=sys.stderr)
+            return 2
         except KeyboardInterrupt:
-            print("trm demo: interrupted (the runs are marked failed)", file=sys.stderr)
+            print(
+                "trm demo: interrupted (the runs are marked failed; `trm demo --resume` "
+                "continues the gate)",
+                file=sys.stderr,
+            )
             return 130
     if args.json:
         print(json.dumps(summary(outcome), indent=2, allow_nan=False))

@@ -89,6 +89,7 @@ class EpochRun:
         epoch: int,
         gate_id: str,
         candidate_salt: str,
+        attempt: int = 0,
     ) -> None:
         self.store, self.options, self.endpoint = store, options, endpoint
         self.prompts = prompts
@@ -98,7 +99,9 @@ class EpochRun:
             snapshot(endpoint, prompts[1], options.max_tokens),
         )
         self.salts = (f"baseline:{self.snapshots[0]}", candidate_salt)
-        self.runs = (f"{gate_id}-baseline", f"{gate_id}-candidate")
+        again = f"-r{attempt}" if attempt else ""  # attempt n > 0 resumes the gate (new runs)
+        self.runs = (f"{gate_id}-baseline{again}", f"{gate_id}-candidate{again}")
+        self.attempt = attempt
         self.cache_path = cache_path_for(default_url(options.db))
 
     def _client(self, breaker: CircuitBreaker, http: httpx.AsyncClient | None) -> GovernedLLMClient:
@@ -154,14 +157,25 @@ class EpochRun:
                     )
                 )
                 gate = Gate.from_settings(self.store, gate_settings())
-                result = await gate.run(
-                    self.gate_id,
-                    pool.units(),
-                    baseline=Arm(self.snapshots[0], arms[0].evaluate),
-                    candidate=Arm(self.snapshots[1], arms[1].evaluate),
-                    seed=self.options.seed,
-                    progress=on_block,
-                )
+                baseline = Arm(self.snapshots[0], arms[0].evaluate)
+                candidate = Arm(self.snapshots[1], arms[1].evaluate)
+                if self.attempt:
+                    result = await gate.resume(
+                        self.gate_id,
+                        pool.units(),
+                        baseline=baseline,
+                        candidate=candidate,
+                        progress=on_block,
+                    )
+                else:
+                    result = await gate.run(
+                        self.gate_id,
+                        pool.units(),
+                        baseline=baseline,
+                        candidate=candidate,
+                        seed=self.options.seed,
+                        progress=on_block,
+                    )
         return result, (arms[0], arms[1])
 
     def summary(self, i: int, arm: DemoArm) -> ArmSummary:
