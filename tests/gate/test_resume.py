@@ -9,15 +9,18 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from tests.gate import resume_worker as worker
-from tests.gate.arms import OK, WRONG, table, units
+from tests.gate.arms import OK, WRONG, TableArm, table, units
 from trm_gate import (
     Arm,
     Gate,
@@ -189,3 +192,43 @@ async def test_refuses_other_arms_parameters_or_pool(store: Store) -> None:
     assert len(store.read_stream(gate_stream("g"))) == version
     result = await Gate(store, block_size=10).resume("g", pool, baseline=base, candidate=cand)
     assert result.verdict == "accept"
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    data=st.lists(st.tuples(st.booleans(), st.booleans(), st.booleans()), min_size=30, max_size=60),
+    fail_at=st.integers(1, 5),
+    seed=st.integers(0, 2**31),
+)
+async def test_any_interruption_resumes_to_the_uninterrupted_outcome(
+    data: list[tuple[bool, bool, bool]], fail_at: int, seed: int
+) -> None:
+    """Whatever the outcomes (INFRA included) and wherever a block fails, run + resume gives the
+    uninterrupted run's verdict, W/L, e-values and INFRA counts."""
+    pool = units(len(data))
+    answers_b = {u: [OK if b else WRONG] for u, (b, _, _) in zip(pool, data, strict=True)}
+    answers_c = {
+        u: [(None, "error") if infra else OK if c else WRONG]
+        for u, (_, c, infra) in zip(pool, data, strict=True)
+    }
+    with tempfile.TemporaryDirectory() as tmp, open_store(f"sqlite:///{tmp}/trm.db") as store:
+        gate = Gate(store, block_size=6, infra_min_units=100)
+        base = Arm("b", TableArm(answers_b))
+        reference = await gate.run(
+            "ref", pool, baseline=base, candidate=Arm("c", TableArm(answers_c)), seed=seed
+        )
+        failing = TableArm(answers_c, fail_on_call=fail_at)
+        try:
+            first = await gate.run("g", pool, baseline=base, candidate=Arm("c", failing), seed=seed)
+        except RuntimeError:
+            resumed = await gate.resume(
+                "g", pool, baseline=base, candidate=Arm("c", TableArm(answers_c))
+            )
+        else:
+            assume(False)  # decided before the failing block: nothing to resume
+            resumed = first
+        same_outcome(resumed, reference)
+        assert (resumed.infra_units_baseline, resumed.infra_units_candidate) == (
+            reference.infra_units_baseline,
+            reference.infra_units_candidate,
+        )
