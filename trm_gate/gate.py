@@ -30,6 +30,7 @@ from trm_gate.config import GateConfig
 from trm_gate.errors import ArmResultError, GateInputError, GateStateError
 from trm_gate.pairing import BlockPairing, InfraPolicy, pair_block
 from trm_gate.results import QuestionResult, UnitOutcome, fold_unit, fold_units
+from trm_gate.resume import take_over
 from trm_gate.step import Decision, GateState, Verdict, step
 from trm_store import ConcurrencyError, NewEvent, Store, StoreError
 from trm_store.domain.baseline import BaselineCache, BaselineOutcome
@@ -208,8 +209,6 @@ class Gate:
         decided, or that is `running` in a process still alive (or, with `older_than`, that wrote
         within that window), is refused with GateNotResumableError; so is a gate never started.
         """
-        from trm_gate.resume import take_over
-
         pool = _check_call(gate_id, unit_ids, baseline, candidate, progress)
         snapshots = (baseline.snapshot, candidate.snapshot)
         taken = take_over(self._store, gate_id, self.config, pool, snapshots, older_than=older_than)
