@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +34,7 @@ from trm_store import Store, open_store
 from trm_store.domain.run_list import list_runs
 deadline = time.time() + 20
 with open_store(sys.argv[1], read_only=True) as store:
+    print("ready", flush=True)
     while time.time() < deadline:
         now = datetime.now(UTC)
         n = [r["predictions"] for r in list_runs(store, now=now) if r["run_id"] == "live"]
@@ -51,7 +53,8 @@ def test_a_reader_in_another_process_sees_a_lone_prediction_within_seconds(sqlit
             stdout=subprocess.PIPE,
             text=True,
         )
-        time.sleep(1.0)  # the reader is up and sees the run, with no prediction yet
+        assert reader.stdout is not None
+        assert reader.stdout.readline() == "ready\n"  # it is polling, and sees no prediction
         recorded = time.time()
         log.record_prediction("q1", unit_id="u1", prediction="4", correct=True, stop_reason="stop")
         out, _ = reader.communicate(timeout=60)  # nothing more is written meanwhile
@@ -59,8 +62,13 @@ def test_a_reader_in_another_process_sees_a_lone_prediction_within_seconds(sqlit
         seen_at, count = out.split()
         assert int(count) == 1
         assert float(seen_at) - recorded < 3.5
-        # The timed flush kept the buffer's promise: written once, nothing left to flush.
+        # The timed flush kept the buffer's promise: written once, nothing left to flush, and
+        # its thread ended with the buffer (an idle RunLog holds no thread).
         assert log.flush() == 0
+        deadline = time.monotonic() + 5
+        while any(t.name == "RunLog(live) flusher" for t in threading.enumerate()):
+            assert time.monotonic() < deadline, "the flusher outlived its buffer"
+            time.sleep(0.05)
     with open_store(sqlite_url) as store:
         assert predictions(store, "live") == [1]
 

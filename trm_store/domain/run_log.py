@@ -136,31 +136,45 @@ class RunLog:
                     "once, so a new attempt needs a new run id"
                 ) from None
             self._beat(now)
-            if self._interval is not None:
-                self._flusher = threading.Thread(
-                    target=self._flush_by_time, name=f"RunLog({self.run_id}) flusher", daemon=True
-                )
-                self._flusher.start()
         self._state = "open"
         return self
 
+    def _start_flusher(self) -> None:
+        """Under the lock, with something buffered: make sure a flusher thread is on its way (it
+        lives only while the buffer is not empty, so an idle or abandoned RunLog holds none)."""
+        if self._interval is None or self._flusher is not None:
+            return
+        self._flusher = threading.Thread(
+            target=self._flush_by_time, name=f"RunLog({self.run_id}) flusher", daemon=True
+        )
+        self._flusher.start()
+
     def _flush_by_time(self) -> None:
-        """The flusher thread: write the buffer once its oldest prediction is `_interval` old.
-        A failed write keeps the buffer (the next flush retries it, same event ids); a run
-        ended elsewhere stops the thread (the writer's own next write says so)."""
+        """The flusher thread: write the buffer once its oldest prediction is `_interval` old,
+        then end when nothing is left. A failed write keeps the buffer (retried an interval
+        later, same event ids); a run ended elsewhere ends the thread (the writer's own next
+        write says so)."""
         assert self._interval is not None
-        while not self._stop.wait(self._interval / 4):
+        while True:
             with self._lock:
-                if not self._pending or time.monotonic() - self._oldest < self._interval:
-                    continue
-                try:
-                    self._flush()
-                except RunStateError:
+                if not self._pending or self._stop.is_set():
+                    self._flusher = None
                     return
-                except Exception:
-                    _log.warning(
-                        "RunLog(%r): a timed flush failed; retried", self.run_id, exc_info=True
-                    )
+                wait = self._oldest + self._interval - time.monotonic()
+                if wait <= 0:
+                    try:
+                        self._flush()
+                        continue
+                    except RunStateError:
+                        self._flusher = None
+                        return
+                    except Exception:
+                        _log.warning("RunLog(%r): a timed flush failed", self.run_id, exc_info=True)
+                        wait = self._interval
+            if self._stop.wait(wait):
+                with self._lock:
+                    self._flusher = None
+                return
 
     def __exit__(
         self,
@@ -172,8 +186,10 @@ class RunLog:
         if not self._register:
             return
         self._stop.set()
-        if self._flusher is not None:
-            self._flusher.join()
+        with self._lock:
+            flusher = self._flusher
+        if flusher is not None:
+            flusher.join()
         try:
             self._flush()
         except RunStateError:
@@ -252,6 +268,8 @@ class RunLog:
             self._pending.append(event)
             if len(self._pending) >= self._batch_size:
                 self._flush()
+            if self._pending:
+                self._start_flusher()
 
     def flush(self) -> int:
         """Write the buffered predictions now (one transaction); how many were written."""
