@@ -8,7 +8,9 @@ guard did not trip, cache the block's non-INFRA baseline outcomes; record `gate.
 Failure semantics: bad arguments raise GateInputError before anything is written; a gate id
 with events already raises GateStateError; an exception from an arm's `evaluate` (or
 ArmResultError for answers to the wrong units) propagates with nothing cached or recorded for
-that block, leaving the gate `running` in the `gates` table with its earlier blocks on record.
+that block, and the gate is recorded `failed` with its earlier blocks on record. `Gate.resume`
+continues a failed or crashed gate with its next block (`trm_gate.resume`); a `progress`
+callback sees each block as it is recorded.
 """
 
 from __future__ import annotations
@@ -20,21 +22,27 @@ import secrets
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from trm_gate._checks import check_count, check_id
 from trm_gate.config import GateConfig
 from trm_gate.errors import ArmResultError, GateInputError, GateStateError
 from trm_gate.pairing import BlockPairing, InfraPolicy, pair_block
 from trm_gate.results import QuestionResult, UnitOutcome, fold_unit, fold_units
+from trm_gate.resume import take_over
 from trm_gate.step import Decision, GateState, Verdict, step
 from trm_store import ConcurrencyError, NewEvent, Store, StoreError
 from trm_store.domain.baseline import BaselineCache, BaselineOutcome
 from trm_store.domain.gates import BLOCK_EVALUATED, DECIDED, FAILED, STARTED, gate_stream
 from trm_store.vocabulary import INFRA_STOP_REASONS
 
+if TYPE_CHECKING:
+    from trm_gate.settings import GateSettings
+
 _log = logging.getLogger(__name__)
 
-__all__ = ["Arm", "Evaluate", "Gate", "GateResult"]
+__all__ = ["Arm", "Evaluate", "Gate", "GateProgress", "GateResult", "Progress"]
 
 Evaluate = Callable[[Sequence[str]], Awaitable[Sequence[QuestionResult]]]
 """Evaluates an arm on some units: every question of every unit asked, nothing else."""
@@ -78,6 +86,30 @@ class GateResult:
     blocks: int
 
 
+@dataclass(frozen=True, slots=True)
+class GateProgress:
+    """Where a gate is after a recorded block: for progress bars and harness logs. `blocks` and
+    `units_total` cover the whole pool (the gate may stop sooner); `decision` is "continue" or
+    the verdict; `resumed_from` the blocks replayed by `Gate.resume` (0 for a fresh run)."""
+
+    gate_id: str
+    block: int
+    blocks: int
+    units_done: int
+    units_total: int
+    e_value: float
+    futility_e_value: float
+    wins: int
+    losses: int
+    ties: int
+    decision: str
+    resumed_from: int = 0
+
+
+Progress = Callable[[GateProgress], None]
+"""Called after each block is recorded, in the gate's task; an exception from it fails the gate."""
+
+
 class Gate:
     """An anytime-valid block-sequential gate of a candidate against a baseline (SPEC §3).
 
@@ -119,6 +151,11 @@ class Gate:
             infra_alpha=infra_alpha,
         )
 
+    @classmethod
+    def from_settings(cls, store: Store, settings: GateSettings) -> Gate:
+        """A gate with the parameters of `settings` (`trm_gate.GateSettings`: file and env)."""
+        return cls(store, **settings.gate_kwargs())
+
     async def run(
         self,
         gate_id: str,
@@ -127,13 +164,11 @@ class Gate:
         baseline: Arm,
         candidate: Arm,
         seed: int | None = None,
+        progress: Progress | None = None,
     ) -> GateResult:
-        """Run the gate over `unit_ids` (shuffled with `seed`, random if None; it is recorded)."""
-        check_id("gate_id", gate_id, _NAME_MAX)
-        pool = _check_pool(unit_ids)
-        for name, arm in (("baseline", baseline), ("candidate", candidate)):
-            if not isinstance(arm, Arm):
-                raise GateInputError(f"{name} must be an Arm, got {type(arm).__name__}")
+        """Run the gate over `unit_ids` (shuffled with `seed`, random if None; it is recorded);
+        `progress` is called after each recorded block."""
+        pool = _check_call(gate_id, unit_ids, baseline, candidate, progress)
         if seed is None:
             seed = secrets.randbits(32)
         elif check_count("seed", seed) >= _SEED_LIMIT:
@@ -152,11 +187,54 @@ class Gate:
             version = self._store.append(stream, [NewEvent(STARTED, started)], expected_version=0)
         except ConcurrencyError as e:
             raise GateStateError(f"gate {gate_id!r} has events already; use a new id") from e
-        at = version[-1].version
         state = GateState(self.config)
+        arms = (baseline, candidate)
+        return await self._drive(gate_id, seed, order, state, version[-1].version, arms, progress)
+
+    async def resume(
+        self,
+        gate_id: str,
+        unit_ids: Sequence[str],
+        *,
+        baseline: Arm,
+        candidate: Arm,
+        progress: Progress | None = None,
+        older_than: timedelta | None = None,
+    ) -> GateResult:
+        """Continue gate `gate_id` after a crash or a failure, with its next block.
+
+        Its recorded blocks are replayed (same seed, so the same unit order; same e-values and
+        guard), then the remaining blocks run as in `run`. `unit_ids`, the arms' snapshots and
+        this Gate's parameters must be those it started with (else GateInputError). A gate that
+        decided, or that is `running` in a process still alive (or, with `older_than`, that wrote
+        within that window), is refused with GateNotResumableError; so is a gate never started.
+        """
+        pool = _check_call(gate_id, unit_ids, baseline, candidate, progress)
+        snapshots = (baseline.snapshot, candidate.snapshot)
+        taken = take_over(self._store, gate_id, self.config, pool, snapshots, older_than=older_than)
+        arms = (baseline, candidate)
+        return await self._drive(
+            gate_id, taken.seed, taken.order, taken.state, taken.at, arms, progress
+        )
+
+    async def _drive(
+        self,
+        gate_id: str,
+        seed: int,
+        order: list[str],
+        state: GateState,
+        at: int,
+        arms: tuple[Arm, Arm],
+        progress: Progress | None,
+    ) -> GateResult:
+        """The block loop from the block after `state.blocks`, the stream at version `at`."""
+        stream = gate_stream(gate_id)
+        baseline, candidate = arms
         size = self.config.block_size
         blocks = [order[i : i + size] for i in range(0, len(order), size)]
-        for index, block_ids in enumerate(blocks, start=1):
+        resumed_from = state.blocks
+        for index in range(resumed_from + 1, len(blocks) + 1):
+            block_ids = blocks[index - 1]
             try:
                 state, decision, at = await self._block(
                     stream,
@@ -168,6 +246,8 @@ class Gate:
                     at,
                     final=index == len(blocks),
                 )
+                if progress is not None:
+                    progress(_progress(gate_id, state, decision.verdict, order, size, resumed_from))
             except BaseException as e:  # an arm failed or we were cancelled: say so, then re-raise
                 self._record_failure(stream, index, e, at)
                 raise
@@ -235,6 +315,43 @@ class Gate:
                 f"block {index} ran; its verdict would contradict the log, so it is not written"
             ) from e
         return state, decision, recorded[-1].version
+
+
+def _check_call(
+    gate_id: str,
+    unit_ids: Sequence[str],
+    baseline: Arm,
+    candidate: Arm,
+    progress: Progress | None,
+) -> list[str]:
+    """The arguments `run` and `resume` share, checked before anything is written; the pool."""
+    check_id("gate_id", gate_id, _NAME_MAX)
+    pool = _check_pool(unit_ids)
+    for name, arm in (("baseline", baseline), ("candidate", candidate)):
+        if not isinstance(arm, Arm):
+            raise GateInputError(f"{name} must be an Arm, got {type(arm).__name__}")
+    if progress is not None and not callable(progress):
+        raise GateInputError(f"progress must be callable, got {progress!r}")
+    return pool
+
+
+def _progress(
+    gate_id: str, state: GateState, decision: str, order: list[str], size: int, resumed_from: int
+) -> GateProgress:
+    return GateProgress(
+        gate_id=gate_id,
+        block=state.blocks,
+        blocks=-(-len(order) // size),
+        units_done=min(len(order), state.blocks * size),
+        units_total=len(order),
+        e_value=state.e_value,
+        futility_e_value=state.futility_e_value,
+        wins=state.wins,
+        losses=state.losses,
+        ties=state.ties,
+        decision=decision,
+        resumed_from=resumed_from,
+    )
 
 
 def _check_pool(unit_ids: Sequence[str]) -> list[str]:
@@ -313,6 +430,8 @@ def _block_data(
         "log_e_value": state.log_e_value,
         "log_futility_e_value": state.log_futility_e_value,
         "decision": decision.verdict,
+        "deltas": list(pairing.deltas),
+        "infra_scores": [list(scores) for scores in pairing.infra_scores],
     }
 
 

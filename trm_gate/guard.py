@@ -1,9 +1,12 @@
 """The INFRA guard: anytime-valid sequential tests on the units' INFRA indicators.
 
 Unit i of the gate (every unit of the blocks so far) has an INFRA indicator per arm, I_b and
-I_c in {0, 1}. A baseline unit taken from the cache counts as evaluated and not INFRA: it was
-evaluated in an earlier gate and only non-INFRA outcomes are ever cached. Two rules, each a test
-by betting whose e-value must reach 1/`alpha` (`infra_alpha`) to trip the guard:
+I_c in {0, 1}: 1 when a question of the unit ended with a stop reason in the gate's
+`infra_reasons` (a documented parameter of `Gate`, `GateConfig` and `GateSettings`; by default
+`{error, parse_error}`, the original plan's rule), so the guard and the e-processes always agree
+on which units are INFRA. A baseline unit taken from the cache counts as evaluated and not
+INFRA: it was evaluated in an earlier gate and only non-INFRA outcomes are ever cached. Two
+rules, each a test by betting whose e-value must reach 1/`alpha` (`infra_alpha`) to trip the guard:
 
 1. absolute, per arm: H0 "the arm's INFRA rate is at most r" (`infra_max_rate`), with
    E = mean_k prod_i (1 + l_k (I_i - r)), l_k = c_k / r;

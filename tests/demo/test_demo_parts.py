@@ -8,10 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import trm_store.cli.demo
+from trm_gate import grade_short_answer as grade
 from trm_store.cli.demo.faults import RATES, FaultPlan
 from trm_store.cli.demo.model import SimulatedModel, solve
 from trm_store.cli.demo.pool import POOL_VERSION, demo_pool
-from trm_store.cli.demo.prompts import baseline_prompt, candidate_prompt, grade, messages
+from trm_store.cli.demo.prompts import GRADER, baseline_prompt, candidate_prompt, messages
 
 POOL = demo_pool()
 
@@ -69,10 +70,10 @@ def test_the_model_is_deterministic_and_the_candidate_is_better() -> None:
         right = Counter[str]()
         for q in POOL.questions:
             for prompt in (base, cand):
-                user = messages(prompt.text, q.text)[1]["content"]
+                user = messages(prompt.text, q.text)[-1]["content"]
                 reply = model.reply(prompt.text, user)
                 assert reply == model.reply(prompt.text, user)
-                right[prompt.version] += bool(grade(reply, q.answer).correct)
+                right[prompt.version] += bool(GRADER.grade(q, reply).correct)
         better += right[cand.version] > right[base.version] + 30
     assert better >= 5  # "usually": a seed may draw the `brief` hint
 
@@ -83,8 +84,8 @@ def test_the_grader_agrees_with_the_model(seed: int, index: int) -> None:
     """A reply is graded right exactly when it holds the right answer; never a wrong one."""
     q = POOL.questions[index]
     prompt = candidate_prompt(seed)
-    reply = SimulatedModel(seed).reply(prompt.text, messages(prompt.text, q.text)[1]["content"])
-    graded = grade(reply, q.answer)
+    reply = SimulatedModel(seed).reply(prompt.text, messages(prompt.text, q.text)[-1]["content"])
+    graded = GRADER.grade(q, reply)
     if "ANSWER:" not in reply:
         assert graded.correct is None  # a ramble is a parse error, not a wrong answer
     else:
@@ -95,7 +96,7 @@ def test_the_grader_agrees_with_the_model(seed: int, index: int) -> None:
 def test_grade_reads_the_last_answer_line_and_refuses_rambles() -> None:
     assert grade("ANSWER: 3\nno wait\nANSWER: 1,3 ,5.", "1, 3, 5").correct is True
     assert grade("Let me see.\n**Answer:** 4", "4").correct is True
-    assert grade("The answer is 4 because four is the sum.\nDone.", "4").correct is None
+    assert grade("The answer is 4 because four is the sum.\nDone.", "4").correct is True
     assert grade("  'ABC' ", "abc").correct is True
     assert grade("42", "41").correct is False
     assert grade("I would need to think about this for much longer.", "42").correct is None

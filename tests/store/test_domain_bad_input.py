@@ -165,7 +165,7 @@ def test_a_bad_prediction_is_refused_before_it_can_spoil_a_batch(
         "correct": True,
         "stop_reason": "stop",
     }
-    with RunLog(populated, "r2", batch_size=2) as log:
+    with RunLog(populated, "r2", batch_size=2, flush_interval_s=None) as log:
         log.record_prediction("q1", **good)
         head = populated.head_position()
         for case in sorted(PREDICTION_CASES):

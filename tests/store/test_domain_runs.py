@@ -121,7 +121,7 @@ def test_register_run_false_needs_a_registered_run(store: Store) -> None:
 
 
 def test_predictions_are_written_one_transaction_per_batch(store: Store) -> None:
-    with RunLog(store, "r1", batch_size=4) as log:
+    with RunLog(store, "r1", batch_size=4, flush_interval_s=None) as log:  # by count only
         registered = store.head_position()
         for i in range(3):
             _predict(log, i)

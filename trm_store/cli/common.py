@@ -10,7 +10,14 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 __all__ = ["counts_text", "int_in_range", "json_e_value", "progress_bar", "report_console"]
 
@@ -22,12 +29,15 @@ def report_console() -> Console:
 
 
 def progress_bar(console: Console, *, transient: bool) -> Progress:
-    """A progress bar with a description, the bar, done/total and the elapsed time."""
+    """A progress bar with a description, the bar, done/total, the elapsed time and an ETA
+    (from the rate so far; blank until there is a total and a rate)."""
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
     )
     return Progress(*columns, console=console, transient=transient)
 

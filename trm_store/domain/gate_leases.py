@@ -9,6 +9,13 @@ on this host that is gone (at once), or that have written nothing for longer tha
 `gate.failed(reason="stale")` to each, expecting the stream version it saw: a gate that wrote
 meanwhile is left alone, and two markers cannot both append. Idempotent: a failed gate is no
 longer `running`.
+
+`takeover_problem` is the other side of the lease, for `Gate.resume`: a gate may be taken over
+by a new process when it failed (an error, a cancellation, marked stale) or when it is `running`
+but its holder is gone (or, with `older_than`, silent that long); never when it decided or a
+live holder may still be writing to it. The taker appends `gate.resumed` at the version it saw
+(`gates.RESUMED`), which moves the lease to it and fences the old holder off: any later append
+of the old holder expects an older version and fails.
 """
 
 from __future__ import annotations
@@ -20,14 +27,14 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from trm_store.domain._common import as_utc, validated
-from trm_store.domain._liveness import append_unless_moved, cutoff, stale_reason
-from trm_store.domain.gates import FAILED, PROJECTION, GateFailed, gate_stream
+from trm_store.domain._liveness import append_unless_moved, cutoff, holder_gone, stale_reason
+from trm_store.domain.gates import FAILED, PROJECTION, GateFailed, gate_info, gate_stream
 from trm_store.events import NewEvent
 
 if TYPE_CHECKING:
     from trm_store.store import Store
 
-__all__ = ["StaleGate", "mark_stale_gates", "stale_gates"]
+__all__ = ["StaleGate", "mark_stale_gates", "stale_gates", "takeover_problem"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,3 +89,29 @@ def mark_stale_gates(
         if append_unless_moved(store, gate_stream(gate.gate_id), failed, gate.version):
             marked.append(gate.gate_id)
     return marked
+
+
+def takeover_problem(
+    store: Store, gate_id: str, *, older_than: timedelta | None = None, now: datetime | None = None
+) -> tuple[str | None, int, str]:
+    """(why the gate cannot be taken over or None, its stream version, what it is taken from).
+
+    UnknownGateError for a gate never started."""
+    info = gate_info(store, gate_id)
+    version, status = info["version"], info["status"]
+    if status == "decided":
+        return f"it decided already ({info['verdict']}: {info['reason']})", version, status
+    if status == "failed":
+        return None, version, f"failed: {info['reason']}"[:1000]
+    holder = f"process {info['pid']} on {info['host']}"
+    if holder_gone(info["host"], info["pid"]):
+        return None, version, f"running, but its {holder} is gone"
+    last = info["last_event_at"]
+    if older_than is not None and last < cutoff(now, older_than):
+        return None, version, f"running, but silent since {last.isoformat()}"
+    return (
+        f"it is running in {holder} (last event {last.isoformat()}); resume it once that "
+        "process is gone, or mark it stale (`trm gates --mark-stale`)",
+        version,
+        status,
+    )

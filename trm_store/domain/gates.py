@@ -51,9 +51,11 @@ __all__ = [
     "BLOCK_EVALUATED",
     "DECIDED",
     "FAILED",
+    "RESUMED",
     "STARTED",
     "BlockEvaluated",
     "GateDecided",
+    "GateResumed",
     "GateStarted",
     "gate_blocks",
     "gate_info",
@@ -91,6 +93,13 @@ class BlockEvaluated(DomainModel):
     log_e_value: Real
     log_futility_e_value: Real
     decision: Literal["continue", "accept", "reject", "inconclusive", "infra_abort"]
+    # The block's pairing, so `Gate.resume` replays the e-processes exactly: one D per paired
+    # unit, one [baseline score, candidate score] per INFRA unit (null for the INFRA arm).
+    # Absent in blocks recorded before resume existed (such a gate cannot be resumed).
+    deltas: list[float] | None = None
+    infra_scores: list[Annotated[list[float | None], Field(min_length=2, max_length=2)]] | None = (
+        None
+    )
 
 
 class GateDecided(DomainModel):
@@ -117,11 +126,21 @@ class GateFailed(DomainModel):
     reason: Literal["error", "stale"] = "error"
 
 
+class GateResumed(DomainModel):
+    """A new process took the gate over after block `after_block` (`Gate.resume`): it holds the
+    gate's lease from now on (the host and pid in this event's meta)."""
+
+    after_block: int = Field(ge=0)
+    taken_from: str = Field(max_length=1000)
+
+
 STARTED = "gate.started"
 BLOCK_EVALUATED = "gate.block_evaluated"
 DECIDED = "gate.decided"
 FAILED = "gate.failed"
+RESUMED = "gate.resumed"
 register_event_type(STARTED, GateStarted)
+register_event_type(RESUMED, GateResumed)
 register_event_type(BLOCK_EVALUATED, BlockEvaluated)
 register_event_type(DECIDED, GateDecided)
 register_event_type(FAILED, GateFailed)
@@ -136,8 +155,10 @@ class GatesProjection(Projection):
     """`gates`: one row per gate, its parameters and running totals, then its verdict."""
 
     name: ClassVar[str] = PROJECTION
-    version: ClassVar[int] = 4
-    event_types: ClassVar[frozenset[str]] = frozenset({STARTED, BLOCK_EVALUATED, DECIDED, FAILED})
+    version: ClassVar[int] = 5  # 4 came twice: exact values (issue 14) and gate.resumed (17)
+    event_types: ClassVar[frozenset[str]] = frozenset(
+        {STARTED, BLOCK_EVALUATED, DECIDED, FAILED, RESUMED}
+    )
 
     def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
         gates = Table(
@@ -164,8 +185,9 @@ class GatesProjection(Projection):
             Column("log_futility_e_value", Float, nullable=False),
             Column("started_at", DateTime(timezone=True), nullable=False),
             Column("decided_at", DateTime(timezone=True), nullable=True),
-            # The gate's lease, derived from its own events: the process that started it (the
-            # host and pid the store puts in every event's meta) and when it last wrote.
+            # The gate's lease, derived from its own events: the process that started it, or
+            # last resumed it (the host and pid the store puts in every event's meta), and when
+            # it last wrote.
             Column("host", String(255), nullable=True),
             Column("pid", Integer, nullable=True),
             Column("last_event_at", DateTime(timezone=True), nullable=False),
@@ -204,6 +226,9 @@ class GatesProjection(Projection):
             elif event.type == FAILED:
                 ended = event.recorded_at
                 change = {"status": "failed", "reason": data["error"], "decided_at": ended}
+            elif event.type == RESUMED:  # the new holder's lease: running again, its host and pid
+                change = {"status": "running", "reason": None, "decided_at": None}
+                change.update(_holder(event.meta))
             else:
                 change = {
                     "status": "decided",

@@ -1,9 +1,13 @@
 """`RunLog`: the context manager a harness writes a run through.
 
 Entering registers the run (`run.registered`, with a lease); predictions are buffered and written
-`batch_size` at a time, one transaction per batch, so a killed process loses at most the batch it
-had not flushed; leaving appends `run.completed`, or `run.failed` with the error when the block
-raised. `register_run=False` is for reading a run someone else wrote (a baseline): it appends
+`batch_size` at a time, one transaction per batch, and also once the oldest buffered one has
+waited `flush_interval_s` (2 s by default; a background thread of the RunLog writes it, so
+`trm runs` and other readers see a live run's predictions within seconds even when it records
+slowly). A killed process loses at most what it had not flushed: nothing that `flush()` (or
+leaving the block) acknowledged. Leaving appends `run.completed`, or `run.failed` with the error
+when the block raised. `register_run=False` is for reading a run someone else wrote (a
+baseline): it appends
 nothing, on enter or exit, and works on a store opened `read_only=True`.
 
 A run's life has one direction: registered, written to, ended once. Registration expects a new
@@ -16,8 +20,12 @@ nothing more is written to it.
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import socket
+import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -47,9 +55,13 @@ from trm_store.vocabulary import outcome_problem
 if TYPE_CHECKING:
     from trm_store.store import Store
 
-__all__ = ["DEFAULT_BATCH_SIZE", "HEARTBEAT_INTERVAL", "RunLog"]
+__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_FLUSH_INTERVAL_S", "HEARTBEAT_INTERVAL", "RunLog"]
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 200
+DEFAULT_FLUSH_INTERVAL_S = 2.0
+"""A buffered prediction is written at most this long after it was recorded (None: by count)."""
 HEARTBEAT_INTERVAL = timedelta(seconds=5)
 """Flushes refresh the lease at most this often; call `heartbeat()` during long silent work."""
 
@@ -72,6 +84,7 @@ class RunLog:
         config: dict[str, Any] | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
         clock: Clock | None = None,
+        flush_interval_s: float | None = DEFAULT_FLUSH_INTERVAL_S,
     ) -> None:
         self.run_id = check_id("run_id", run_id)
         if not isinstance(register_run, bool):
@@ -83,6 +96,19 @@ class RunLog:
         self._config = config
         self._batch_size = check_int("batch_size", batch_size, minimum=1)
         self._clock = clock or _utc_now
+        if flush_interval_s is not None and (
+            isinstance(flush_interval_s, bool)
+            or not isinstance(flush_interval_s, int | float)
+            or not 0 < flush_interval_s < math.inf
+        ):
+            raise DomainInputError(
+                f"flush_interval_s must be a positive number or None, got {flush_interval_s!r}"
+            )
+        self._interval = flush_interval_s
+        self._lock = threading.Lock()  # the buffer and the version, shared with the flusher
+        self._stop = threading.Event()
+        self._flusher: threading.Thread | None = None
+        self._oldest = 0.0  # time.monotonic() of the oldest buffered prediction
         self._host, self._pid = socket.gethostname(), os.getpid()
         self._pending: list[PreparedEvent] = []
         self._last_heartbeat: datetime | None = None
@@ -113,6 +139,43 @@ class RunLog:
         self._state = "open"
         return self
 
+    def _start_flusher(self) -> None:
+        """Under the lock, with something buffered: make sure a flusher thread is on its way (it
+        lives only while the buffer is not empty, so an idle or abandoned RunLog holds none)."""
+        if self._interval is None or self._flusher is not None:
+            return
+        self._flusher = threading.Thread(
+            target=self._flush_by_time, name=f"RunLog({self.run_id}) flusher", daemon=True
+        )
+        self._flusher.start()
+
+    def _flush_by_time(self) -> None:
+        """The flusher thread: write the buffer once its oldest prediction is `_interval` old,
+        then end when nothing is left. A failed write keeps the buffer (retried an interval
+        later, same event ids); a run ended elsewhere ends the thread (the writer's own next
+        write says so)."""
+        assert self._interval is not None
+        while True:
+            with self._lock:
+                if not self._pending or self._stop.is_set():
+                    self._flusher = None
+                    return
+                wait = self._oldest + self._interval - time.monotonic()
+                if wait <= 0:
+                    try:
+                        self._flush()
+                        continue
+                    except RunStateError:
+                        self._flusher = None
+                        return
+                    except Exception:
+                        _log.warning("RunLog(%r): a timed flush failed", self.run_id, exc_info=True)
+                        wait = self._interval
+            if self._stop.wait(wait):
+                with self._lock:
+                    self._flusher = None
+                return
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
@@ -122,6 +185,11 @@ class RunLog:
         self._state = "closed"
         if not self._register:
             return
+        self._stop.set()
+        with self._lock:
+            flusher = self._flusher
+        if flusher is not None:
+            flusher.join()
         try:
             self._flush()
         except RunStateError:
@@ -194,21 +262,28 @@ class RunLog:
             event = self._store.prepare(NewEvent(PREDICTION_RECORDED, data))
         except EventValidationError as e:
             raise DomainInputError(f"prediction {question_id!r}: {e}") from None
-        self._pending.append(event)
-        if len(self._pending) >= self._batch_size:
-            self._flush()
+        with self._lock:
+            if not self._pending:
+                self._oldest = time.monotonic()
+            self._pending.append(event)
+            if len(self._pending) >= self._batch_size:
+                self._flush()
+            if self._pending:
+                self._start_flusher()
 
     def flush(self) -> int:
         """Write the buffered predictions now (one transaction); how many were written."""
         self._require_writable()
-        return self._flush()
+        with self._lock:
+            return self._flush()
 
     def heartbeat(self) -> None:
         """Refresh the run's lease, so `mark_stale_runs` knows its process is alive."""
         self._require_writable()
-        if run_version(self._store, self.run_id) != self._version:
-            raise RunStateError(self._ended_elsewhere())
-        self._beat(self._clock())
+        with self._lock:
+            if run_version(self._store, self.run_id) != self._version:
+                raise RunStateError(self._ended_elsewhere())
+            self._beat(self._clock())
 
     def _flush(self) -> int:
         if not self._pending:
@@ -239,7 +314,8 @@ class RunLog:
         """The run's predictions (buffered ones are flushed first): question_id, unit_id,
         prediction, correct, stop_reason and the extra fields, in first-recorded order."""
         if self._state == "open" and self._register:
-            self._flush()
+            with self._lock:
+                self._flush()
         return read_predictions(self._store, self.run_id)
 
     def info(self) -> dict[str, Any]:

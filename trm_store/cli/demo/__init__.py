@@ -1,11 +1,13 @@
 """`trm demo`: one gated epoch end to end, against a real endpoint or a simulated one.
 
-This module is the command (arguments, the progress line, the output); its parts are the
+This module is the command (arguments, the progress bar: units gated of the pool, with an ETA,
+and questions answered; the output); its parts are the
 package's modules, imported only when the command runs, so the other subcommands never load the
 client, httpx or the simulated server:
 
 - `epoch`: `run_demo`, the epoch end to end; `wiring`: its client, arms, gate and record;
-- `arms`: one arm (ask, grade, record), waiting out an open breaker;
+- `arms`: one arm (`trm_gate.QuestionAsker` through the governed client), waiting out an
+  open breaker;
 - `pool`, `prompts`, `model`, `faults`, `server`: the bundled pool, the two prompts and the
   grader, the simulated model, its injected faults, and the loopback server that serves it;
 - `outcome`: what was asked and what happened, as plain values;
@@ -62,6 +64,12 @@ def add_parser(commands: Any) -> None:
         help="most calls in flight (default 8); the client starts at up to 4 and learns how many "
         "the endpoint sustains",
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the last gate of the workspace after a crash or Ctrl-C (its recorded "
+        "blocks are kept, the rest run; same seed and unit order)",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON summary instead")
     parser.set_defaults(run=run)
 
@@ -92,11 +100,19 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
+    from trm_gate import GateInputError, GateProgress, GateStateError
+    from trm_store.cli.common import progress_bar
     from trm_store.cli.demo.epoch import run_demo
     from trm_store.cli.demo.outcome import DemoOptions
     from trm_store.cli.demo.report import print_report
     from trm_store.cli.demo.summary import summary
+    from trm_store.cli.demo.wiring import gate_settings
 
+    try:
+        gate_settings()  # checked before anything is written
+    except GateInputError as e:  # GateSettingsError
+        print(f"trm demo: error: {e}", file=sys.stderr)
+        return 2
     options = DemoOptions(
         db=args.db,
         base_url=args.base_url,
@@ -105,19 +121,31 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         concurrency=args.concurrency,
     )
-    progress = Console(stderr=True)
     answered = 0
-    with progress.status("trm demo: starting") as status:
+    with progress_bar(Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("trm demo: starting", total=None)
 
         def tick() -> None:
             nonlocal answered
             answered += 1
-            status.update(f"trm demo: {answered} questions answered")
+            progress.update(task, description=f"trm demo: {answered} questions answered")
+
+        def block(p: GateProgress) -> None:
+            text = f"trm demo: block {p.block}/{p.blocks}, E+ {p.e_value:.3g}, {answered} answered"
+            progress.update(task, total=p.units_total, completed=p.units_done, description=text)
 
         try:
-            outcome = asyncio.run(run_demo(options, on_answer=tick))
+            demo = run_demo(options, on_answer=tick, on_block=block, resume=args.resume)
+            outcome = asyncio.run(demo)
+        except (GateStateError, GateInputError) as e:  # e.g. --resume of a gate that decided
+            print(f"trm demo: error: {e}", file=sys.stderr)
+            return 2
         except KeyboardInterrupt:
-            print("trm demo: interrupted (the runs are marked failed)", file=sys.stderr)
+            print(
+                "trm demo: interrupted (the runs are marked failed; `trm demo --resume` "
+                "continues the gate)",
+                file=sys.stderr,
+            )
             return 130
     if args.json:
         print(json.dumps(summary(outcome), indent=2, allow_nan=False))

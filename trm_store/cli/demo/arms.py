@@ -1,11 +1,12 @@
-"""One arm of the demo's gate: ask every question of the units asked for, grade, record.
+"""One arm of the demo's gate: `trm_gate.QuestionAsker` asking through the governed client.
 
-Each question is one governed call (bounded concurrency shared by both arms). The breaker
-rejects and never queues, so waiting for it is the harness's job: a question waits while the
-breaker is open (or its one probe is out) before it calls, and a call refused anyway (it raced
-the breaker opening) is asked again, a bounded number of times. Any other `LLMError` (retries
-exhausted, a fatal 4xx) ends the question as INFRA `error`; a reply the grader cannot read ends
-it as INFRA `parse_error`. Every question's outcome is a prediction in the arm's run (`RunLog`).
+The asker does the arm's work (every question of the units asked for, graded by the demo's
+grader; an `LLMError` ends the question as INFRA `error`, an unreadable reply as INFRA
+`parse_error`); this module gives it the call and the breaker. The breaker rejects and never
+queues, so waiting for it is the harness's job: a question waits while the breaker is open (or
+its one probe is out) before it calls, and a call the breaker refused anyway (it raced the
+breaker opening) is asked again once the breaker would admit it (`BreakerWait.retry_after`),
+a bounded number of times. Every question's outcome is a prediction in the arm's run (`RunLog`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trm_gate import QuestionResult
+from trm_gate import Answer, QuestionAsker, QuestionResult
 from trm_llm import (
     ChatResult,
     CircuitBreaker,
@@ -27,12 +28,10 @@ from trm_llm import (
     RetriesExhausted,
 )
 from trm_store.cli.demo.pool import Pool, Question
-from trm_store.cli.demo.prompts import grade, messages
+from trm_store.cli.demo.prompts import GRADER, messages
 from trm_store.domain.run_log import RunLog
 
 __all__ = ["BreakerWait", "DemoArm", "Requeue"]
-
-_MODEL_STOPS = frozenset({"length", "content_filter", "tool_calls"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +64,11 @@ class BreakerWait:
         while self.blocked() and time.monotonic() < deadline:
             await asyncio.sleep(self.requeue.poll_s)
 
+    def retry_after(self, error: Exception) -> float | None:
+        """The asker's `retry_after`: a refused call is asked again after a poll (the call
+        itself waits out the rest, `until_admitted`); any other failure is final."""
+        return self.requeue.poll_s if refused(error) else None
+
 
 @dataclass
 class DemoArm:
@@ -85,73 +89,57 @@ class DemoArm:
     units: list[str] = field(default_factory=list)
     stops: Counter[str] = field(default_factory=Counter)  # stop_reason -> questions
 
+    def __post_init__(self) -> None:
+        self._asker = QuestionAsker[Question](
+            self._call,
+            GRADER,
+            self.pool.unit,
+            infra_errors=(LLMError,),
+            retry_after=self.wait.retry_after,
+            max_waits=self.wait.requeue.max_times,
+            max_wait_s=self.wait.requeue.max_wait_s,
+            on_answer=self._record,
+        )
+
     async def evaluate(self, unit_ids: Sequence[str]) -> list[QuestionResult]:
         self.units.extend(unit_ids)
-        questions = [q for u in unit_ids for q in self.pool.unit(u)]
-        return list(await asyncio.gather(*(self._ask(q) for q in questions)))
+        return await self._asker.evaluate(unit_ids)
 
-    async def _ask(self, q: Question) -> QuestionResult:
-        self.asked += 1
-        result: ChatResult | None = None
-        error: str | None = None
-        deadline = time.monotonic() + self.wait.requeue.max_wait_s
-        for attempt in range(self.wait.requeue.max_times + 1):
-            try:
-                result = await self._call(q, deadline)
-                break
-            except LLMError as e:
-                error = f"{type(e).__name__}: {e}"
-                if not _refused(e):
-                    self.last_error = error
-                    break
-                if attempt == self.wait.requeue.max_times:
-                    break
-                self.requeued += 1
-        self.on_answer()
-        if result is None:
-            return self._record(q, None, None, "error", error=error)
-        graded = grade(result.content, q.answer)
-        fields = {"call_id": result.call_id, "cached": result.cached, "attempts": result.attempts}
-        if result.finish_reason in _MODEL_STOPS:  # the model's own failure unless still right
-            stop = result.finish_reason
-            return self._record(q, graded.prediction, bool(graded.correct), stop, **fields)
-        if graded.correct is None:
-            return self._record(q, None, None, "parse_error", reply=result.content[:200], **fields)
-        return self._record(q, graded.prediction, graded.correct, "stop", **fields)
-
-    async def _call(self, q: Question, deadline: float) -> ChatResult:
+    async def _call(self, q: Question) -> ChatResult:
         """One governed call, sent once the breaker would admit it (or the wait is over)."""
-        while True:
-            await self.wait.until_admitted(deadline)
-            async with self.limiter:
-                if self.wait.blocked() and time.monotonic() < deadline:
-                    continue  # it opened while this question stood in line: wait outside it
-                return await self.client.chat(
-                    messages(self.system, q.text), cache_salt=self.salt, **self.params
-                )
+        await self.wait.until_admitted(time.monotonic() + self.wait.requeue.max_wait_s)
+        async with self.limiter:
+            return await self.client.chat(
+                messages(self.system, q.text), cache_salt=self.salt, **self.params
+            )
 
-    def _record(
-        self,
-        q: Question,
-        prediction: str | None,
-        correct: bool | None,
-        stop_reason: str,
-        **fields: Any,
-    ) -> QuestionResult:
-        self.stops[stop_reason] += 1
+    def _record(self, answer: Answer[Question]) -> None:
+        q, result, reply = answer.question, answer.result, answer.reply
+        self.asked += 1
+        self.requeued += answer.waits
+        fields: dict[str, Any] = {}
+        if answer.error is not None:
+            fields["error"] = f"{type(answer.error).__name__}: {answer.error}"
+            if not refused(answer.error):
+                self.last_error = fields["error"]
+        if isinstance(reply, ChatResult):
+            fields.update(call_id=reply.call_id, cached=reply.cached, attempts=reply.attempts)
+            if result.stop_reason == "parse_error":
+                fields["reply"] = reply.content[:200]
+        self.stops[result.stop_reason] += 1
+        self.on_answer()
         self.log.record_prediction(
             q.question_id,
             unit_id=q.unit_id,
-            prediction=prediction,
-            correct=correct,
-            stop_reason=stop_reason,
+            prediction=answer.prediction,
+            correct=result.correct,
+            stop_reason=result.stop_reason,
             expected=q.answer,
             **fields,
         )
-        return QuestionResult(q.question_id, q.unit_id, correct, stop_reason)
 
 
-def _refused(error: LLMError) -> bool:
+def refused(error: Exception) -> bool:
     """True if the breaker refused the call (no answer was judged bad: worth asking again)."""
     if isinstance(error, CircuitOpenError):
         return True

@@ -9,6 +9,10 @@ The candidate's salt is fresh per epoch (`{workspace}:{token}:e{n}`, the token d
 workspace is scaffolded, so a deleted store never meets its old cache). The demo keeps its
 baseline fixed across epochs (a real loop would promote an accepted candidate), so a second run
 shows the baseline cache at work.
+
+`--resume` continues the workspace's last gate after a crash or Ctrl-C (`Gate.resume`): same
+epoch, salt and seed (so the same unit order and candidate prompt), new runs for the arms
+(`{gate}-baseline-r1`, ...), the gate's recorded blocks replayed, not asked again.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
+from trm_gate import GateNotResumableError, GateProgress
 from trm_store.bootstrap import open_store
 from trm_store.cli.demo.faults import FaultPlan
 from trm_store.cli.demo.model import SimulatedModel
@@ -28,7 +34,9 @@ from trm_store.cli.demo.prompts import Prompt, baseline_prompt, candidate_prompt
 from trm_store.cli.demo.server import SIMULATED_BASE_URL, DemoServer, loopback_http
 from trm_store.cli.demo.wiring import WORKSPACE, EpochRun
 from trm_store.domain.errors import UnknownWorkspaceError
+from trm_store.domain.gate_leases import takeover_problem
 from trm_store.domain.gate_report import read_gate_report
+from trm_store.domain.gates import RESUMED, gate_stream
 from trm_store.domain.llm_calls import breaker_transitions, llm_stats, token_totals
 from trm_store.domain.workspace import get_manifest, scaffold_workspace, update_manifest
 from trm_store.store import Store
@@ -71,24 +79,51 @@ def _endpoint(options: DemoOptions, epoch: int) -> Iterator[tuple[Endpoint, Demo
         stop()
 
 
+def _resumable(
+    store: Store, manifest: dict[str, Any], options: DemoOptions
+) -> tuple[str, int, int, DemoOptions]:
+    """The workspace's last gate, if it can be resumed: (gate id, its epoch, the attempt, the
+    options with the gate's seed); GateNotResumableError (nothing written) if not."""
+    gate_id = manifest.get("last_gate")
+    if not isinstance(gate_id, str):
+        raise GateNotResumableError("the demo's workspace has no gate to resume")
+    problem, _, _ = takeover_problem(store, gate_id)
+    if problem is not None:
+        raise GateNotResumableError(f"gate {gate_id!r} cannot be resumed: {problem}")
+    events = store.read_stream(gate_stream(gate_id))
+    attempt = 1 + sum(e.type == RESUMED for e in events)
+    return gate_id, int(manifest["epoch"]), attempt, replace(options, seed=events[0].data["seed"])
+
+
 async def run_demo(
-    options: DemoOptions, *, on_answer: Callable[[], None] = lambda: None
+    options: DemoOptions,
+    *,
+    on_answer: Callable[[], None] = lambda: None,
+    on_block: Callable[[GateProgress], None] | None = None,
+    resume: bool = False,
 ) -> DemoOutcome:
-    """Run one gated epoch (see the module docstring); `on_answer` ticks once per question."""
+    """Run one gated epoch (see the module docstring); `on_answer` ticks once per question,
+    `on_block` once per gate block (the gate's progress). `resume`: continue the workspace's
+    last gate (interrupted: failed, or its process gone) instead, in its epoch, with its seed."""
     started = time.perf_counter()
     with open_store(options.db) as store:
         head = store.head_position()
-        base, cand = baseline_prompt(), candidate_prompt(options.seed)
+        base = baseline_prompt()
         manifest = _workspace(store, base)
-        epoch = int(manifest.get("epoch", 0)) + 1
-        gate_id = f"demo-e{epoch}-{uuid.uuid4().hex[:6]}"
-        update_manifest(store, WORKSPACE, epoch=epoch, last_gate=gate_id)
+        if resume:
+            gate_id, epoch, attempt, options = _resumable(store, manifest, options)
+        else:
+            epoch, attempt = int(manifest.get("epoch", 0)) + 1, 0
+            gate_id = f"demo-e{epoch}-{uuid.uuid4().hex[:6]}"
+            update_manifest(store, WORKSPACE, epoch=epoch, last_gate=gate_id)
+        cand = candidate_prompt(options.seed)
         with _endpoint(options, epoch) as (endpoint, server):
             salt = f"{WORKSPACE}:{manifest['salt_token']}:e{epoch}"
-            epoch_run = EpochRun(store, options, endpoint, (base, cand), epoch, gate_id, salt)
+            prompts = (base, cand)
+            epoch_run = EpochRun(store, options, endpoint, prompts, epoch, gate_id, salt, attempt)
             http = None if server is None else loopback_http(server)
             try:
-                result, arms = await epoch_run.run(on_answer, http)
+                result, arms = await epoch_run.run(on_answer, http, on_block)
             finally:
                 if http is not None:
                     await http.aclose()

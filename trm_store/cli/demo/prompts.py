@@ -2,38 +2,45 @@
 
 The baseline is a plain system prompt; the candidate adds some of the simulated model's
 `PROMPT_HINTS`, picked by the seed (so each seed has its own, fixed, candidate). Most picks help;
-the `brief` hint hurts, so a few seeds get a weaker candidate. The grader reads the last
-`ANSWER: ...` line (any case, markdown emphasis allowed) or a reply that is nothing but a short
-answer; a reply it cannot read is a
-`parse_error`, which the gate counts as INFRA, never as a wrong answer.
+the `brief` hint hurts, so a few seeds get a weaker candidate.
+
+Each question states the answer format and comes after one worked example (an earlier user and
+assistant turn), so a small real model sees what a reply looks like; the grader is
+`trm_gate.ShortAnswerGrader`, which also reads what such models write instead (a bare number or
+word, "three times", "the answer is 12", a final number after some working). A reply it cannot
+read is a `parse_error`, which the gate counts as INFRA, never as a wrong answer. The example
+turns come before the question, so the simulated model (it reads the last user message) answers
+exactly as it would without them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-import re
 from dataclasses import dataclass
 
+from trm_gate import ShortAnswerGrader
 from trm_store.cli.demo.model import PROMPT_HINTS
 
 __all__ = [
     "BASELINE_PROMPT",
+    "GRADER",
     "GRADER_VERSION",
-    "Graded",
     "Prompt",
     "baseline_prompt",
     "candidate_prompt",
-    "grade",
     "messages",
 ]
 
 BASELINE_PROMPT = "You are a careful assistant. Answer the user's question."
-GRADER_VERSION = "grader-v1"
+GRADER = ShortAnswerGrader()
+GRADER_VERSION = GRADER.version  # in the snapshot: a new grader never meets the old cache
 _SKILL_HINTS = ("steps", "letters", "compare")
-# "ANSWER: x", also as real models write it: "Answer: x", "**ANSWER:** x"
-_ANSWER_LINE = re.compile(r"^[\s*_#>]*answer[\s*_]*:[\s*_]*(.+?)[\s*_]*$", re.I | re.M)
-_SHORT = 32  # a bare reply up to this long is taken as the answer itself
+_FORMAT = "Give your final answer on the last line as 'ANSWER: <answer>'."
+_EXAMPLE = (
+    "How many times does the letter 'o' appear in 'tomato'?",
+    "'tomato' has o twice.\nANSWER: 2",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,37 +73,11 @@ def candidate_prompt(seed: int) -> Prompt:
 
 
 def messages(system: str, question: str) -> list[dict[str, str]]:
-    """The chat messages for one question."""
+    """The chat messages for one question: the system prompt, one worked example, the question."""
+    example, reply = _EXAMPLE
     return [
         {"role": "system", "content": system},
-        {
-            "role": "user",
-            "content": f"{question}\nGive your final answer on the last line as "
-            "'ANSWER: <answer>'.",
-        },
+        {"role": "user", "content": f"{example}\n{_FORMAT}"},
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": f"{question}\n{_FORMAT}"},
     ]
-
-
-@dataclass(frozen=True, slots=True)
-class Graded:
-    """The answer read from a reply (None if unreadable) and whether it is right."""
-
-    prediction: str | None
-    correct: bool | None
-
-
-def _normalise(answer: str) -> str:
-    text = answer.strip().strip("'\"`").rstrip(".").strip().lower()
-    return re.sub(r"\s*,\s*", ", ", re.sub(r"\s+", " ", text))
-
-
-def grade(reply: str, expected: str) -> Graded:
-    """Read the answer out of `reply` and compare it with `expected`."""
-    found = _ANSWER_LINE.findall(reply)
-    if found:
-        answer = found[-1]
-    elif reply.strip() and "\n" not in reply.strip() and len(reply.strip()) <= _SHORT:
-        answer = reply.strip()
-    else:
-        return Graded(None, None)
-    return Graded(answer, _normalise(answer) == _normalise(expected))

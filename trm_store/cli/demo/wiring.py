@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 from sqlalchemy import make_url
 
-from trm_gate import INFRA_STOP_REASONS, Arm, Gate, GateResult
+from trm_gate import INFRA_STOP_REASONS, Arm, Gate, GateProgress, GateResult, GateSettings
 from trm_llm import (
     GovernedLLMClient,
     LLMSettings,
@@ -37,7 +37,15 @@ from trm_store.domain.runs import read_predictions
 from trm_store.domain.workspace import record_run, update_best, update_manifest
 from trm_store.store import Store
 
-__all__ = ["DEMO_RETRY", "DEMO_SETTINGS", "WORKSPACE", "EpochRun", "cache_path_for", "snapshot"]
+__all__ = [
+    "DEMO_RETRY",
+    "DEMO_SETTINGS",
+    "WORKSPACE",
+    "EpochRun",
+    "cache_path_for",
+    "gate_settings",
+    "snapshot",
+]
 
 DEMO_RETRY = RetryPolicy(
     max_attempts=6, base_delay_s=0.05, max_delay_s=0.5, deadline_s=30.0, retry_after_cap_s=2.0
@@ -61,6 +69,11 @@ WORKSPACE = "trm-demo"
 BLOCK_SIZE = 12
 REQUEUE = Requeue(max_times=3, max_wait_s=5.0)
 CACHE_TTL_S = 7 * 86400
+
+
+def gate_settings() -> GateSettings:
+    """The demo's gate parameters: `$TRM_GATE_*` and `$TRM_GATE_CONFIG`, else blocks of 12."""
+    return GateSettings.load(defaults={"block_size": BLOCK_SIZE})
 
 
 def cache_path_for(store_url: str) -> Path:
@@ -97,6 +110,7 @@ class EpochRun:
         epoch: int,
         gate_id: str,
         candidate_salt: str,
+        attempt: int = 0,
     ) -> None:
         self.store, self.options, self.endpoint = store, options, endpoint
         self.prompts = prompts
@@ -106,7 +120,9 @@ class EpochRun:
             snapshot(endpoint, prompts[1], options.max_tokens),
         )
         self.salts = (f"baseline:{self.snapshots[0]}", candidate_salt)
-        self.runs = (f"{gate_id}-baseline", f"{gate_id}-candidate")
+        again = f"-r{attempt}" if attempt else ""  # attempt n > 0 resumes the gate (new runs)
+        self.runs = (f"{gate_id}-baseline{again}", f"{gate_id}-candidate{again}")
+        self.attempt = attempt
         self.cache_path = cache_path_for(default_url(options.db))
 
     def settings(self) -> LLMSettings:
@@ -145,7 +161,10 @@ class EpochRun:
         }
 
     async def run(
-        self, on_answer: Callable[[], None], http: httpx.AsyncClient | None
+        self,
+        on_answer: Callable[[], None],
+        http: httpx.AsyncClient | None,
+        on_block: Callable[[GateProgress], None] | None = None,
     ) -> tuple[GateResult, tuple[DemoArm, DemoArm]]:
         """The gate over the whole pool; its result and the two arms (for their counters)."""
         pool = demo_pool()
@@ -164,14 +183,26 @@ class EpochRun:
                         self.prompts, self.salts, (base_log, cand_log), strict=True
                     )
                 )
-                gate = Gate(self.store, alpha=0.05, beta=0.2, p1=0.6, block_size=BLOCK_SIZE)
-                result = await gate.run(
-                    self.gate_id,
-                    pool.units(),
-                    baseline=Arm(self.snapshots[0], arms[0].evaluate),
-                    candidate=Arm(self.snapshots[1], arms[1].evaluate),
-                    seed=self.options.seed,
-                )
+                gate = Gate.from_settings(self.store, gate_settings())
+                baseline = Arm(self.snapshots[0], arms[0].evaluate)
+                candidate = Arm(self.snapshots[1], arms[1].evaluate)
+                if self.attempt:
+                    result = await gate.resume(
+                        self.gate_id,
+                        pool.units(),
+                        baseline=baseline,
+                        candidate=candidate,
+                        progress=on_block,
+                    )
+                else:
+                    result = await gate.run(
+                        self.gate_id,
+                        pool.units(),
+                        baseline=baseline,
+                        candidate=candidate,
+                        seed=self.options.seed,
+                        progress=on_block,
+                    )
         return result, (arms[0], arms[1])
 
     def summary(self, i: int, arm: DemoArm) -> ArmSummary:
