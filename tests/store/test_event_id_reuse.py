@@ -42,15 +42,17 @@ register_event_type("test.reuse.other", Anything)
 
 Items = list[tuple[str, list[NewEvent], int | None]]
 
+texts = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=4)
+"""Text every backend stores (no NUL, no lone surrogate), as values and as keys."""
 json_values = st.recursive(
     st.one_of(
         st.none(),
         st.booleans(),
         st.integers(-(2**63), 2**63 - 1),
         st.floats(allow_nan=False, allow_infinity=False),
-        st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=4),
+        texts,
     ),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
     max_leaves=6,
 )
 TWINS: tuple[tuple[Any, Any], ...] = (

@@ -64,10 +64,14 @@ STREAMS = ("a", "b", "c")
 FORMS = ("any", "new", "current", "ahead", "behind")
 """expected_version: None, 0, the stream's version, one ahead of it, one behind it."""
 QUESTIONS = ("q0", "q1", "q2")
+TEXTS = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=4)
+"""Text every backend stores: no NUL, no lone surrogate."""
 # Issue 14 point 5 (read models keep values exactly: another helper's): floats in a prediction
-# come back from the `predictions` read model as ints on SQLite (1.0 -> 1), so predictions here
-# are text, ints, bools and None only. Put floats back once point 5 is merged.
-PREDICTIONS = st.one_of(st.none(), st.booleans(), st.integers(-(2**31), 2**31), st.text(max_size=4))
+# come back from the `predictions` read model as ints on SQLite (this machine, given floats,
+# found -3.9580452136524536e+16 read back as -39580452136524536), so predictions here are text,
+# ints, bools and None only. Put `st.floats(allow_nan=False, allow_infinity=False)` back once
+# point 5 is merged.
+PREDICTIONS = st.one_of(st.none(), st.booleans(), st.integers(-(2**31), 2**31), TEXTS)
 OUTCOMES = st.sampled_from([(True, "stop"), (False, "stop"), (False, "length"), (None, "error")])
 
 Exact = tuple[Any, ...]
