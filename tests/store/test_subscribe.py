@@ -196,8 +196,9 @@ async def test_async_iteration_follows_without_blocking_the_loop(store: Store) -
     writer.join()
     ticking.cancel()
     assert got == ["a", "b", "c"]
-    # Waiting for the appends took ~0.5 s; the loop ran its ticker throughout.
-    assert max(gaps) < 0.09, max(gaps)
+    # Waiting for the appends took ~0.5 s; the loop ran its ticker throughout (a wait on the
+    # loop would stall it for the whole 0.5 s; the margin is for a loaded machine).
+    assert max(gaps) < 0.3, max(gaps)
     assert subscription.closed and subscription._conn is None
 
 
