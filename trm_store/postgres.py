@@ -23,7 +23,9 @@ from trm_store.wakeups import NOTIFY_APPENDED
 
 __all__ = ["PostgresBackend"]
 
-APPEND_LOCK_KEY = 0x74726D  # "trm"
+APPEND_LOCK_NAMESPACE = 0x74726141  # "trmA"; the rebuild lock's key space is another
+"""The append lock is (namespace, hash of the schema): one writer at a time per store, while
+stores in other schemas of the same database append in parallel."""
 WRITER_SLOTS = 4
 """How many of the pool's connections (5, and 10 more on demand) writers may hold at once.
 
@@ -32,7 +34,9 @@ pool while they wait, and every read of the process would wait for the pool's ti
 and fail. A few connections are all writers use anyway (they run one at a time); the others wait
 in the process, and the rest of the pool stays the readers'."""
 _READ_ONLY = "-c default_transaction_read_only=on"
-_LOCK = f"pg_advisory_xact_lock({APPEND_LOCK_KEY})"
+# coalesce: with no schema on the search path current_schema() is NULL, and a strict lock
+# function given NULL would lock nothing.
+_LOCK = f"pg_advisory_xact_lock({APPEND_LOCK_NAMESPACE}, hashtext(coalesce(current_schema(), '')))"
 _APPEND_LOCK = DriverSql(f"SELECT {_LOCK}")
 _APPEND_LOCK_AND_NOTIFY = DriverSql(f"SELECT {_LOCK}, {NOTIFY_APPENDED}")
 _UNDEFINED_TABLE = "42P01"
