@@ -10,20 +10,31 @@ import pytest
 
 from tests.cli.helpers import trm
 from tests.gate.test_gate_report import run_gate
-from trm_llm import GovernedLLMClient, StoreEventSink
-from trm_llm.simulated_server import SimulatedServer, normal
+from trm_llm import GovernedLLMClient, RetryPolicy, StoreEventSink
+from trm_llm.simulated_server import SimulatedServer, normal, status
 from trm_store import RunLog, open_store
 from trm_store.domain.run_leases import fail_run
 
 MARKUP = "x[/]y[bold red]z"
 
 
+async def _no_sleep(seconds: float) -> None:
+    return None
+
+
 async def _one_call(url: str) -> None:
+    """One call that fails once (a 500), then completes: `trm llm-stats` prints the source's
+    failed attempts on a line of its own, under its table (where a long cell would wrap)."""
     with open_store(url) as store:
         async with SimulatedServer() as server:
-            server.script(normal())
+            server.script(status(500), normal())
             async with GovernedLLMClient(
-                server.base_url, "sim", source=MARKUP, sink=StoreEventSink(store)
+                server.base_url,
+                "sim",
+                source=MARKUP,
+                sink=StoreEventSink(store),
+                retry=RetryPolicy(max_attempts=3),
+                sleep=_no_sleep,
             ) as client:
                 await client.chat([{"role": "user", "content": "hi"}])
 
