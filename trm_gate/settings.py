@@ -14,6 +14,7 @@ import json
 import os
 import tomllib
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal, Self
 
@@ -22,12 +23,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from trm_gate.config import GateConfig
 from trm_gate.errors import GateInputError, GateSettingsError
-from trm_store.vocabulary import INFRA_STOP_REASONS
 
 __all__ = ["CONFIG_ENV", "GateSettings"]
 
 CONFIG_ENV = "TRM_GATE_CONFIG"
 """The environment variable naming the settings file when `load` is given no path."""
+
+
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(GateConfig)}
+"""The gate's own defaults, defined once (in `GateConfig`)."""
 
 
 class GateSettings(BaseSettings):
@@ -37,17 +41,17 @@ class GateSettings(BaseSettings):
         env_prefix="TRM_GATE_", env_ignore_empty=True, extra="forbid", frozen=True
     )
 
-    alpha: float = 0.05
-    beta: float = 0.2
-    p1: float = 0.6
-    block_size: int = 20
-    max_pairs: int | None = None
-    infra_max_rate: float = 0.2
-    infra_min_units: int = 10
-    infra_policy: Literal["bounded", "exclude"] = "bounded"
-    infra_reasons: frozenset[str] = INFRA_STOP_REASONS
-    infra_margin: float = 0.0
-    infra_alpha: float = 0.05
+    alpha: float = _DEFAULTS["alpha"]
+    beta: float = _DEFAULTS["beta"]
+    p1: float = _DEFAULTS["p1"]
+    block_size: int = _DEFAULTS["block_size"]
+    max_pairs: int | None = _DEFAULTS["max_pairs"]
+    infra_max_rate: float = _DEFAULTS["infra_max_rate"]
+    infra_min_units: int = _DEFAULTS["infra_min_units"]
+    infra_policy: Literal["bounded", "exclude"] = _DEFAULTS["infra_policy"]
+    infra_reasons: frozenset[str] = _DEFAULTS["infra_reasons"]
+    infra_margin: float = _DEFAULTS["infra_margin"]
+    infra_alpha: float = _DEFAULTS["infra_alpha"]
 
     def __init__(self, **values: Any) -> None:
         try:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
 
-from fastapi import FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -52,6 +52,31 @@ POLL_S = 0.5
 Sort = Literal["seq", "question_id", "unit_id", "correct", "stop_reason"]
 Offset = Annotated[int, Query(ge=0, le=2**62)]
 Limit = Annotated[int, Query(ge=1, le=500)]
+
+
+def prediction_filters(
+    unit: str | None = None,
+    correct: bool | None = None,
+    stop_reason: str | None = None,
+    sort: Sort = "seq",
+    desc: bool = False,
+    offset: Offset = 0,
+    limit: Limit = 50,
+) -> dict[str, Any]:
+    """A run page's query parameters (the same for its HTML and its JSON): the filters, sort and
+    page of `predictions_page`; an empty field of the page's form means no filter."""
+    return {
+        "unit_id": unit or None,
+        "correct": correct,
+        "stop_reason": stop_reason or None,
+        "sort": sort,
+        "descending": desc,
+        "offset": offset,
+        "limit": limit,
+    }
+
+
+Filters = Annotated[dict[str, Any], Depends(prediction_filters)]
 
 
 class Problem(BaseModel):
@@ -181,25 +206,6 @@ def create_app(store: Store, *, token: str | None = None, poll_s: float = POLL_S
         page("projections_page", "projections.html"),
     )
 
-    def prediction_filters(
-        unit: str | None,
-        correct: bool | None,
-        stop_reason: str | None,
-        sort: Sort,
-        desc: bool,
-        offset: int,
-        limit: int,
-    ) -> dict[str, Any]:
-        return {
-            "unit_id": unit or None,
-            "correct": correct,
-            "stop_reason": stop_reason or None,
-            "sort": sort,
-            "descending": desc,
-            "offset": offset,
-            "limit": limit,
-        }
-
     # -- HTML ---------------------------------------------------------------------------------
 
     def html(path: str) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
@@ -223,18 +229,7 @@ def create_app(store: Store, *, token: str | None = None, poll_s: float = POLL_S
         return runs(request)
 
     @html("/runs/{run_id:path}")
-    def run_html(
-        request: Request,
-        run_id: str,
-        unit: str | None = None,
-        correct: bool | None = None,
-        stop_reason: str | None = None,
-        sort: Sort = "seq",
-        desc: bool = False,
-        offset: Offset = 0,
-        limit: Limit = 50,
-    ) -> Response:
-        filters = prediction_filters(unit, correct, stop_reason, sort, desc, offset, limit)
+    def run_html(request: Request, run_id: str, filters: Filters) -> Response:
         return run(request, run_id, **filters)
 
     @html("/gates")
@@ -275,18 +270,8 @@ def create_app(store: Store, *, token: str | None = None, poll_s: float = POLL_S
         return _to_json(pages.runs_page(store))  # type: ignore[no-any-return]
 
     @app.get("/api/runs/{run_id:path}")
-    def run_api(
-        run_id: str,
-        unit: str | None = None,
-        correct: bool | None = None,
-        stop_reason: str | None = None,
-        sort: Sort = "seq",
-        desc: bool = False,
-        offset: Offset = 0,
-        limit: Limit = 50,
-    ) -> dict[str, Any]:
+    def run_api(run_id: str, filters: Filters) -> dict[str, Any]:
         """A run, its totals and diagnoses, and one page of its predictions."""
-        filters = prediction_filters(unit, correct, stop_reason, sort, desc, offset, limit)
         return _to_json(pages.run_page(store, run_id, **filters))  # type: ignore[no-any-return]
 
     @app.get("/api/gates")
