@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -23,6 +24,7 @@ __all__ = [
     "head",
     "heads",
     "log_batch",
+    "read_batches",
     "stream_events",
     "stream_head",
 ]
@@ -197,6 +199,23 @@ def log_batch(conn: Connection, log_filter: LogFilter | None, after: int, limit:
     if len(events) < limit:
         return LogBatch(events, max(after, until), True)
     return LogBatch(events, events[-1].position, False)
+
+
+def read_batches(
+    reading: Callable[[], AbstractContextManager[Connection]],
+    log_filter: LogFilter | None,
+    after: int,
+    batch_size: int,
+) -> Iterator[RecordedEvent]:
+    """`Store.read_all`: `log_batch` after batch, each in a read transaction of its own (so a
+    long read holds no snapshot between batches), until a batch says the log is read."""
+    while True:
+        with reading() as conn:
+            batch = log_batch(conn, log_filter, after, batch_size)
+        yield from batch.events
+        if batch.complete:
+            return
+        after = batch.cursor
 
 
 def stream_events(

@@ -18,7 +18,7 @@ from trm_store.log import events_after, head
 from trm_store.projection_state import ProjectionStatus, of_types, set_status, statuses
 from trm_store.projections import Projection
 
-__all__ = ["Progress", "ProjectionSet", "WriteTransaction", "require_known"]
+__all__ = ["Progress", "ProjectionSet", "WriteTransaction", "requested", "require_known"]
 
 WriteTransaction = Callable[[], AbstractContextManager[Connection]]
 Progress = Callable[[int], None]
@@ -156,6 +156,15 @@ def _replay(
         applied += len(batch)
         after = batch[-1].position
     return applied
+
+
+def requested(
+    projections: Mapping[str, Projection], only: str | Collection[str] | None
+) -> list[str]:
+    """The projections `only` names (one name, several, or None: all), each known."""
+    names = list(projections) if only is None else [only] if isinstance(only, str) else list(only)
+    require_known(projections, names)
+    return names
 
 
 def require_known(projections: Mapping[str, Projection], names: Collection[str]) -> None:

@@ -14,7 +14,13 @@ from trm_store.errors import EventValidationError
 from trm_store.log_filter import LogFilter
 from trm_store.vocabulary import INT64_MAX, count_problem, text_problem
 
-__all__ = ["checked_count", "checked_filter", "checked_limit", "checked_stream_id"]
+__all__ = [
+    "checked_count",
+    "checked_filter",
+    "checked_limit",
+    "checked_stream_id",
+    "checked_stream_read",
+]
 
 
 def checked_count(name: str, value: object, minimum: int) -> int:
@@ -61,3 +67,15 @@ def checked_filter(types: object, stream_prefix: object) -> LogFilter | None:
             _checked_text("each of types", type_)
     prefix = None if stream_prefix is None else _checked_text("stream_prefix", stream_prefix)
     return LogFilter.of(cast("Collection[str] | None", types), prefix)
+
+
+def checked_stream_read(from_version: object, backwards: object, limit: object) -> tuple[int, int]:
+    """`read_stream`'s (first version in the reading direction, row limit): `from_version`
+    None means 1 forwards and the newest backwards."""
+    if not isinstance(backwards, bool):
+        raise EventValidationError(f"backwards must be a bool, got {backwards!r:.40}")
+    if from_version is None:
+        version = INT64_MAX if backwards else 1
+    else:
+        version = checked_count("from_version", from_version, 1)
+    return version, checked_limit(limit)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from functools import partial
 from typing import Self
 from weakref import WeakSet
 
@@ -17,10 +18,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from trm_store.append import Appender
 from trm_store.backend import Backend, reading, store_error, writing
-from trm_store.errors import EventValidationError, StaleProjectionError
+from trm_store.errors import StaleProjectionError
 from trm_store.events import NewEvent, RecordedEvent
-from trm_store.log import head, log_batch, stream_events, stream_head
-from trm_store.log_filter import LogFilter
+from trm_store.log import head, read_batches, stream_events, stream_head
 from trm_store.prepare import (
     AppendItem,
     AppendPreparer,
@@ -30,12 +30,16 @@ from trm_store.prepare import (
     prepared_append,
 )
 from trm_store.projection_rebuild import rebuild, verify
-from trm_store.projection_runner import Progress, ProjectionSet, require_known
+from trm_store.projection_runner import Progress, ProjectionSet, requested, require_known
 from trm_store.projection_state import ProjectionStatus, statuses
 from trm_store.projections import Projection
-from trm_store.read_args import checked_count, checked_filter, checked_limit, checked_stream_id
+from trm_store.read_args import (
+    checked_count,
+    checked_filter,
+    checked_stream_id,
+    checked_stream_read,
+)
 from trm_store.subscription import Subscription
-from trm_store.vocabulary import INT64_MAX
 
 __all__ = ["AppendItem", "Store"]
 
@@ -143,13 +147,7 @@ class Store:
         first. `read_stream(s, backwards=True, limit=1)` is the newest event, one index row.
         """
         stream_id = checked_stream_id(stream_id)
-        if from_version is None:
-            version = INT64_MAX if backwards else 1
-        else:
-            version = checked_count("from_version", from_version, 1)
-        if not isinstance(backwards, bool):
-            raise EventValidationError(f"backwards must be a bool, got {backwards!r:.40}")
-        rows = checked_limit(limit)
+        version, rows = checked_stream_read(from_version, backwards, limit)
         with self._reading() as conn:
             return stream_events(conn, stream_id, version, backwards=backwards, limit=rows)
 
@@ -175,18 +173,7 @@ class Store:
         """
         after = checked_count("after_position", after_position, 0)
         size = checked_count("batch_size", batch_size, 1)
-        return self._read_all(after, size, checked_filter(types, stream_prefix))
-
-    def _read_all(
-        self, after: int, batch_size: int, log_filter: LogFilter | None
-    ) -> Iterator[RecordedEvent]:
-        while True:
-            with self._reading() as conn:
-                batch = log_batch(conn, log_filter, after, batch_size)
-            yield from batch.events
-            if batch.complete:
-                return
-            after = batch.cursor
+        return read_batches(self._reading, checked_filter(types, stream_prefix), after, size)
 
     def subscribe(
         self,
@@ -198,14 +185,8 @@ class Store:
         """Every matching event after `after_position`: first those in the log, then each as it
         is committed, in position order, none skipped or repeated (see `Subscription`)."""
         after = checked_count("after_position", after_position, 0)
-        log_filter = checked_filter(types, stream_prefix)
-        subscription = Subscription(
-            self._backend.engine,
-            after,
-            log_filter,
-            self._batch_size,
-            lambda e: store_error(self._backend, e),
-        )
+        wanted, on_error = checked_filter(types, stream_prefix), partial(store_error, self._backend)
+        subscription = Subscription(self._backend.engine, after, wanted, self._batch_size, on_error)
         self._subscriptions.add(subscription)
         return subscription
 
@@ -215,9 +196,8 @@ class Store:
             return head(conn)
 
     def projection_status(self) -> dict[str, ProjectionStatus]:
-        """Each projection's bookkeeping (version built at, last position applied, `ready` or
-        `rebuilding`), by name: compare `checkpoint` with `head_position()` to see how far
-        behind it is. Never catches anything up, so it works on a stale read-only store."""
+        """Each projection's version, checkpoint (against `head_position()`) and status, by
+        name. Never catches anything up, so it works on a stale read-only store."""
         with self._reading() as conn:
             return statuses(conn)
 
@@ -274,11 +254,7 @@ class Store:
 
         Waits for a rebuild another process owns to end first. Returns name -> events applied.
         """
-        if only is None:
-            names = list(self._projections.projections)
-        else:
-            names = [only] if isinstance(only, str) else list(only)
-        require_known(self._projections.projections, names)
+        names = requested(self._projections.projections, only)
         applied = self._rebuild(names, wait=True, progress=progress)
         assert applied is not None, "a lock waited for is held"
         return applied

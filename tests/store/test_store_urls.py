@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 from hypothesis import given, settings
@@ -68,7 +69,8 @@ def test_the_relative_uri_form_names_the_file_not_a_file_called_file(
         assert store.read_only and store.head_position() == 1
     with open_store("sqlite:///file:new.db?uri=true", projections=TOTALS) as store:
         assert not store.read_only
-    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(("-wal", "-shm"))) == [
+    made = (p.name for p in tmp_path.iterdir() if not p.name.endswith(("-wal", "-shm", "-rebuild")))
+    assert sorted(made) == [
         "new.db",
         "trm.db",
     ]
@@ -143,7 +145,11 @@ _JUNK = st.text(st.characters(codec="ascii", exclude_characters="&=#%?/"), min_s
 
 
 @settings(deadline=None)
-@given(name=_JUNK.filter(lambda s: s.strip() and s.lower() not in {"mode", "uri"}), value=_JUNK)
+# A name that decodes to `mode` or `uri` (`%6Dode`) is that parameter, honoured: left out.
+@given(
+    name=_JUNK.filter(lambda s: s.strip() and unquote(s).lower() not in {"mode", "uri"}),
+    value=_JUNK,
+)
 def test_any_other_query_parameter_is_refused_before_anything_is_created(
     name: str, value: str
 ) -> None:
