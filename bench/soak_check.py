@@ -127,7 +127,8 @@ def _cache(cfg: SoakConfig, store: Store, seed: int, found: Findings) -> list[st
         for q in pool.questions:
             chat = messages(system, q.text)
             key = build_cache_key(cfg.model, chat, salt, PARAMS, endpoint=cfg.base_url)
-            expected[key] = model.reply(system, chat[-1]["content"])  # the question, after the example
+            # the question is the last message (after the worked example)
+            expected[key] = model.reply(system, chat[-1]["content"])
     problems, entries = [], 0
     client = redis.Redis.from_url(cfg.redis_url)
     try:
