@@ -177,33 +177,31 @@ def create_app(store: Store, *, token: str | None = None, poll_s: float = POLL_S
         )
         return error_page
 
-    def page(name: str, template: str) -> Callable[..., Response]:
-        """An HTML page drawing `pages.<name>`: the whole page, or only its `main` element
+    def page(build: Callable[..., Any], template: str) -> Callable[..., Response]:
+        """An HTML page drawing `build`'s data: the whole page, or only its `main` element
         when the page's own script asks (to follow the log without a reload)."""
-        build = getattr(pages, name)
 
         def render(request: Request, *args: Any, **kwargs: Any) -> Response:
             data = _to_json(build(store, *args, **kwargs))
-            context = {"data": data, "head": store.head_position(), "fragment": False}
-            if request.headers.get("x-trm-fragment") == "1":
-                context["fragment"] = True
+            fragment = request.headers.get("x-trm-fragment") == "1"
+            context = {"data": data, "head": store.head_position(), "fragment": fragment}
             response: Response = templates.TemplateResponse(request, template, context)
             return response
 
         return render
 
     overview, workspace, runs, run = (
-        page("overview_page", "overview.html"),
-        page("workspace_page", "workspace.html"),
-        page("runs_page", "runs.html"),
-        page("run_page", "run.html"),
+        page(pages.overview_page, "overview.html"),
+        page(pages.workspace_page, "workspace.html"),
+        page(pages.runs_page, "runs.html"),
+        page(pages.run_page, "run.html"),
     )
     gates, gate, llm, llm_source, projections = (
-        page("gates_page", "gates.html"),
-        page("gate_page", "gate.html"),
-        page("llm_page", "llm.html"),
-        page("llm_source_page", "llm_source.html"),
-        page("projections_page", "projections.html"),
+        page(pages.gates_page, "gates.html"),
+        page(pages.gate_page, "gate.html"),
+        page(pages.llm_page, "llm.html"),
+        page(pages.llm_source_page, "llm_source.html"),
+        page(pages.projections_page, "projections.html"),
     )
 
     # -- HTML ---------------------------------------------------------------------------------
