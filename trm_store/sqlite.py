@@ -23,7 +23,7 @@ from trm_store.json_codec import serialize_json
 from trm_store.rebuild_lock import RebuildLock, file_rebuild_lock
 from trm_store.sqlite_dialect import register_dialect
 from trm_store.store_url import check_sqlite_file, sqlite_target
-from trm_store.writer_connections import WriterConnections
+from trm_store.writer_connections import IN_USE, WriterConnections
 
 __all__ = ["SqliteBackend"]
 
@@ -62,12 +62,13 @@ class AppendTransaction:
     a `contextmanager` generator: it runs for every append, where each Python call counts.
     """
 
-    __slots__ = ("_conn", "_dbapi_connection", "_info")
+    __slots__ = ("_conn", "_dbapi_connection", "_in_use", "_info")
     _dbapi_connection: DBAPIConnection
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
-        self._info = conn.info
+        self._info = info = conn.info
+        self._in_use = info.get(IN_USE) or nullcontext()  # a writer connection's: see IN_USE
 
     def __enter__(self) -> Connection:
         conn, info = self._conn, self._info
@@ -75,15 +76,19 @@ class AppendTransaction:
             raise StoreError(
                 "write transactions do not nest: this thread's write transaction is still open"
             )
-        dbapi_connection = conn.connection.dbapi_connection
-        assert dbapi_connection is not None, "the connection was invalidated"
-        self._dbapi_connection = dbapi_connection
-        info[_WRITING] = True
+        self._in_use.__enter__()
         try:
+            if conn.closed:
+                raise StoreError("the store was closed while this write began: nothing written")
+            dbapi_connection = conn.connection.dbapi_connection
+            assert dbapi_connection is not None, "the connection was invalidated"
+            self._dbapi_connection = dbapi_connection
+            info[_WRITING] = True
             _rollback(conn, dbapi_connection)  # anything an interrupt left open
             execute(conn, _BEGIN_IMMEDIATE, {})
         except BaseException:
             info[_WRITING] = False
+            self._in_use.__exit__(None, None, None)
             raise
         return conn
 
@@ -103,6 +108,7 @@ class AppendTransaction:
                 raise
         finally:
             self._info[_WRITING] = False
+            self._in_use.__exit__(None, None, None)
 
 
 class SqliteBackend:

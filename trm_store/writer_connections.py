@@ -12,6 +12,10 @@ gets the engine's connect hooks and events. Its thread keeps it, in thread-local
 a `_Lease` that closes it when Python drops the thread's locals: when the thread ends (or the
 store is garbage), with no other thread having to write first.
 
+`close` never closes a connection under a write in flight on another thread (CPython's sqlite3
+crashes with SIGSEGV if it does): each connection carries a lock (`IN_USE`, in its `info`) that
+its thread holds from `BEGIN` to the transaction's end, and `close` takes it before closing.
+
 A forked child never uses or closes its parent's connections (SQLite handles must not cross a
 fork); it opens its own. Forks are counted by an `os.register_at_fork` hook, which every fork made
 by Python (`os.fork`, multiprocessing) runs; a lease checks the pid instead, because a child drops
@@ -25,7 +29,10 @@ import threading
 
 from sqlalchemy import Connection, Engine
 
-__all__ = ["WriterConnections"]
+__all__ = ["IN_USE", "WriterConnections"]
+
+IN_USE = "trm_in_use"
+"""The key, in a writer connection's `info`, of the lock its thread holds while it writes."""
 
 _forks = 0
 """How many times this process's line has forked: a child sees one more than its parent saw."""
@@ -90,19 +97,22 @@ class WriterConnections:
         self._forget_the_parents()
         conn = self._engine.connect()
         conn.connection.detach()
+        conn.info[IN_USE] = threading.RLock()  # re-entrant: a thread may close its own store
         mine.conn, mine.forks = conn, _forks
         mine.lease = _Lease(conn, self._open)  # the lease it replaces is dropped here
         return conn
 
     def close(self) -> None:
-        """Close every thread's connection (each thread's next write opens a new one)."""
+        """Close every thread's connection once its write in flight, if any, has ended (each
+        thread's next write opens a new one)."""
         self._forget_the_parents()
         while True:
             try:
                 conn = self._open.pop()
             except KeyError:
                 return
-            conn.close()
+            with conn.info[IN_USE]:
+                conn.close()
 
     def _forget_the_parents(self) -> None:
         """In a forked child, keep the parent's connections referenced and never touch them."""
