@@ -2,18 +2,20 @@
 the invariant held) and a few figures for the summary.
 
 Probe check (at most one live probe lease at a time, across all processes): every worker writes
-down each probe lease it was handed (`AuditedBreaker`) and each exit from half-open, with the
-times just before and after the Redis update, and each release with the time just before it.
-Probes sorted by the time after admission, each must come after the previous probe's lease
-ended: its release, the first exit from half-open that may have followed its admission (exit
-done no earlier than the probe's time before admission), or its expiry (`probe_timeout_s` after
-that time), whichever came first. A probe admitted earlier was a second probe out at once: a
-violation. A lease held by a killed worker ends by expiry (the designed recovery), so the probe
-after it is no violation. A probe admitted while its worker could not reach Redis (the breaker
-degraded to local state, as documented) holds no shared lease: it is counted apart
-(`local_probes`) and not paired. `new_window` tells probes that opened a half-open window (open ->
-half_open) from those admitted inside one after a release or an expiry; the log's
-`llm.breaker_changed` events are counted beside them.
+down each probe lease it was handed (`AuditedBreaker`), with the times just before and after the
+Redis update, and each end it asked for with that lease's token (the probe's own outcome, or its
+release), with the time just before the update. Only these end a lease (the client reports every
+outcome with its admission), besides expiry. Probes sorted by the time after admission, each must
+come after the previous probe's lease ended: the first end asked for with its token, or its expiry
+(`probe_timeout_s` after its time before admission), whichever came first. An end is taken when
+it was asked for, even if the worker never heard back (a reply that timed out may still have
+been applied by Redis), so the check can miss a violation but never invent one. A probe admitted
+earlier was a second probe out at once: a violation. A lease held by a killed worker ends by
+expiry (the designed recovery), so the probe after it is no violation. A probe admitted while
+its worker could not reach Redis (the breaker degraded to local state, as documented) holds no
+shared lease: it is counted apart (`local_probes`) and not paired. `new_window` tells probes
+that opened a half-open window (open -> half_open) from those admitted inside one after a
+release or an expiry; the log's `llm.breaker_changed` events are counted beside them.
 """
 
 from __future__ import annotations
@@ -171,15 +173,13 @@ def _probes(cfg: SoakConfig, work: Path, types: Counter[str], found: Findings) -
     # a probe holds no shared lease, so it is counted apart, not paired with the shared ones.
     local = [r for r in admitted if r.get("local")]
     probes = sorted((r for r in admitted if not r.get("local")), key=lambda r: r["t1"])
-    releases = {r["tok"]: r["t"] for r in records if r["k"] == "release"}
-    exits = [r for r in records if r["k"] == "exit"]
+    ends: dict[str, float] = {}
+    for r in records:
+        if r["k"] == "end":
+            ends[r["tok"]] = min(r["t"], ends.get(r["tok"], inf))
     problems = []
     for previous, probe in pairwise(probes):
-        end = min(
-            releases.get(previous["tok"], inf),
-            min((e["t0"] for e in exits if e["t1"] >= previous["t0"]), default=inf),
-            previous["t0"] + cfg.probe_timeout_s,
-        )
+        end = min(ends.get(previous["tok"], inf), previous["t0"] + cfg.probe_timeout_s)
         if probe["t1"] < end:
             problems.append(
                 f"probe {probe['tok'][:8]} admitted {end - probe['t1']:.3f}s before "

@@ -17,6 +17,7 @@ sees, in order, until the supervisor tells it the head to reach.
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import itertools
 import random
 import signal
@@ -54,9 +55,11 @@ CONCURRENCY = 8
 class AuditedBreaker(CircuitBreaker):
     """The shared breaker, writing down when each probe lease starts and may end.
 
-    A probe's start and an exit from half-open are written with the times just before and just
-    after the Redis update, a release with the time just before it. So a later admission, in any
-    process, is always written with a time after the end that allowed it.
+    A probe's start is written with the times just before and just after the Redis update that
+    granted it; its end, the outcome or release reported with its token, with the time just
+    before the update that ends it, whatever that update returns: an update whose reply timed out
+    may still have been applied by Redis. So a later admission, in any process, is always written
+    with a time after the end that allowed it.
     """
 
     def __init__(self, audit: LineLog, **kwargs: Any) -> None:
@@ -84,24 +87,22 @@ class AuditedBreaker(CircuitBreaker):
     async def arecord_failure(
         self, source: str, now: float, *, admission: Admission | None = None
     ) -> Transition | None:
-        t0 = time.time()
-        return self._exit(await super().arecord_failure(source, now, admission=admission), t0)
+        self._ending(admission)
+        return await super().arecord_failure(source, now, admission=admission)
 
     async def arecord_success(
         self, source: str, *, now: float | None = None, admission: Admission | None = None
     ) -> Transition | None:
-        t0 = time.time()
-        transition = await super().arecord_success(source, now=now, admission=admission)
-        return self._exit(transition, t0)
+        self._ending(admission)
+        return await super().arecord_success(source, now=now, admission=admission)
 
     async def arelease_probe(self, source: str, token: str) -> None:
-        self._audit.write({"k": "release", "tok": token, "t": time.time()})
+        self._audit.write({"k": "end", "tok": token, "t": time.time()})
         await super().arelease_probe(source, token)
 
-    def _exit(self, transition: Transition | None, t0: float) -> Transition | None:
-        if transition is not None and transition.from_state == "half_open":
-            self._audit.write({"k": "exit", "to": transition.to_state, "t0": t0, "t1": time.time()})
-        return transition
+    def _ending(self, admission: Admission | None) -> None:
+        if admission is not None and admission.probe_token is not None:
+            self._audit.write({"k": "end", "tok": admission.probe_token, "t": time.time()})
 
 
 def acknowledging(store: Store, acks: LineLog) -> Store:
@@ -171,6 +172,8 @@ class Worker:
                         await self._gate(store, client, wait, f"soak-{tag}-{n}", n)
             except asyncio.CancelledError:
                 pass  # SIGTERM: the gate in hand is cut short, its runs end failed
+            finally:
+                await sink.aclose()  # its last events committed before the store closes
         await redis_async.aclose()
         redis_sync.close()
 
@@ -230,6 +233,7 @@ def follow(cfg: SoakConfig) -> None:
 
 
 def main(argv: Sequence[str]) -> None:
+    faulthandler.enable(all_threads=True)  # a crash prints every thread's stack to stderr
     mode, config, *rest = argv
     cfg = SoakConfig.load(config)
     if mode == "worker":
