@@ -25,8 +25,8 @@ async def serve(client: redis.asyncio.Redis, threshold: int, cooldown: float) ->
         ns = cmd["ns"]
         if ns not in breakers:
             breakers[ns] = CircuitBreaker(
-                threshold, cooldown, 600.0, redis_client=client, namespace=ns
-            )
+                threshold, cooldown, 600.0, redis_client=client, namespace=ns, redis_timeout_s=10.0
+            )  # Redis stays reachable here: a loaded machine must not degrade it to local state
         breaker = breakers[ns]
         op, now = cmd["op"], cmd["now"]
         ticket = Admission(True, cmd.get("token"))

@@ -119,6 +119,11 @@ def shared() -> Iterator[tuple[redis.Redis, str]]:
 
 
 def shared_breaker(client: redis.Redis, namespace: str, **kw: float) -> CircuitBreaker:
+    """A breaker on the shared Redis, which these tests keep reachable: a generous Redis timeout,
+    so a loaded machine (dozens of threads in WATCH retries) never degrades it to local state,
+    the documented fallback that admits a probe per process (tested with private Redis servers
+    that are stopped)."""
+    kw.setdefault("redis_timeout_s", 10.0)
     return CircuitBreaker(
         fail_threshold=2, cooldown_s=10.0, redis_client=client, namespace=namespace, **kw
     )
@@ -169,7 +174,7 @@ CHILD = textwrap.dedent(
     from trm_llm.breaker import CircuitBreaker
     client = redis.Redis(host="127.0.0.1", port=6379)
     b = CircuitBreaker(fail_threshold=2, cooldown_s=10.0, redis_client=client,
-                       namespace=sys.argv[1])
+                       namespace=sys.argv[1], redis_timeout_s=10.0)
     client.incr(sys.argv[1] + ":ready")
     while int(client.get(sys.argv[1] + ":ready")) < int(sys.argv[2]):
         time.sleep(0.001)

@@ -106,7 +106,12 @@ class TwoProcessMachine(BreakerMachine):
         self.namespace = f"test:breaker:sm:{uuid.uuid4().hex}"
         self.runner = asyncio.Runner()
         self.local = CircuitBreaker(
-            THRESHOLD, COOLDOWN, 600.0, redis_client=shared, namespace=self.namespace
+            THRESHOLD,
+            COOLDOWN,
+            600.0,
+            redis_client=shared,
+            namespace=self.namespace,
+            redis_timeout_s=10.0,  # reachable Redis: a loaded machine must not degrade it
         )
         self.handles = [
             LocalAsyncHandle(self.local, self.runner),
