@@ -10,6 +10,9 @@ trm_llm); the grader reads it. The outcome's stop reason:
 - `stop` otherwise, with the grader's verdict;
 - `error` (INFRA) when `ask` raised one of `infra_errors` (default: any `Exception`): an LLM
   failure is an INFRA result, never a stopped gate or a wrong answer.
+An `error` or `parse_error` is INFRA (`correct=None`) when it is in `infra_reasons` (give the
+gate's: default {error, parse_error}), else scored as a wrong answer (`correct=False`), as
+`trm_store.vocabulary.outcome_problem` says.
 A failure that `retry_after(error)` gives a delay for (an open circuit breaker: the call was
 refused, not judged) is asked again after that delay, within `max_waits` and `max_wait_s` per
 question; the default reads a `retry_after_s` attribute on the exception. Cancellation (and any
@@ -28,7 +31,7 @@ from typing import Generic, Protocol, TypeVar
 from trm_gate.errors import GateInputError
 from trm_gate.gate import Arm
 from trm_gate.grading import Grader
-from trm_gate.results import QuestionResult
+from trm_gate.results import INFRA_STOP_REASONS, QuestionResult, check_infra_reasons
 
 __all__ = [
     "MODEL_STOPS",
@@ -92,7 +95,9 @@ class QuestionAsker(Generic[Q]):
         max_waits: int = 10,
         max_wait_s: float = 60.0,
         on_answer: Callable[[Answer[Q]], None] | None = None,
+        infra_reasons: frozenset[str] = INFRA_STOP_REASONS,
     ) -> None:
+        self._infra_reasons = check_infra_reasons(infra_reasons)
         for name, fn in (("ask", ask), ("questions", questions), ("retry_after", retry_after)):
             if not callable(fn):
                 raise GateInputError(f"{name} must be callable, got {fn!r}")
@@ -139,6 +144,8 @@ class QuestionAsker(Generic[Q]):
 
     def _judge(self, q: Q, reply: object | None, error: Exception | None, waits: int) -> Answer[Q]:
         def done(correct: bool | None, stop: str, prediction: str | None = None) -> Answer[Q]:
+            if correct is None and stop not in self._infra_reasons:
+                correct = False  # not INFRA for this gate: scored as a wrong answer
             result = QuestionResult(q.question_id, q.unit_id, correct, stop)
             return Answer(q, result, prediction, reply, error, waits)
 
@@ -169,6 +176,7 @@ def arm_from_callable(
     max_waits: int = 10,
     max_wait_s: float = 60.0,
     on_answer: Callable[[Answer[Q]], None] | None = None,
+    infra_reasons: frozenset[str] = INFRA_STOP_REASONS,
 ) -> Arm:
     """An `Arm` whose questions (`questions(unit_id)`) are asked through `ask` and graded by
     `grader`; put the grader's version in `snapshot`. See the module docstring for the rules."""
@@ -181,5 +189,6 @@ def arm_from_callable(
         max_waits=max_waits,
         max_wait_s=max_wait_s,
         on_answer=on_answer,
+        infra_reasons=infra_reasons,
     )
     return Arm(snapshot, asker.evaluate)

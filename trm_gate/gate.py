@@ -30,7 +30,7 @@ from trm_gate.config import GateConfig
 from trm_gate.errors import ArmResultError, GateInputError, GateStateError
 from trm_gate.pairing import BlockPairing, InfraPolicy, pair_block
 from trm_gate.results import QuestionResult, UnitOutcome, fold_unit, fold_units
-from trm_gate.resume import take_over
+from trm_gate.resume import pool_digest, take_over
 from trm_gate.step import Decision, GateState, Verdict, step
 from trm_store import ConcurrencyError, NewEvent, Store, StoreError
 from trm_store.domain.baseline import BaselineCache, BaselineOutcome
@@ -182,6 +182,7 @@ class Gate:
             "seed": seed,
             "pool_size": len(order),
             "config": self.config.to_record(),
+            "pool_digest": pool_digest(pool),
         }
         try:
             version = self._store.append(stream, [NewEvent(STARTED, started)], expected_version=0)

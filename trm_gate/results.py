@@ -7,13 +7,17 @@ model failure and could freeze it into the baseline cache.
 The stop reasons, what each means and which are INFRA: the table in `trm_store.vocabulary`, their
 one definition.
 
-A non-INFRA result must carry `correct` True or False; an INFRA result's `correct` is ignored
-(usually None: there was no gradable answer).
+What a consistent (correct, stop_reason) pair is: `trm_store.vocabulary.outcome_problem`, the
+rule the run log and the baseline cache check too. A `QuestionResult` is checked against what
+holds under every policy (a model outcome has a verdict; an `error` or `parse_error` is never
+`correct=True`), the fold against the rest under its `infra_reasons`.
 
 Which stop reasons count as INFRA is a parameter of the fold (`infra_reasons`, a subset of
-`STOP_REASONS`, default `INFRA_STOP_REASONS`): a harness that scores unparseable replies as
-wrong answers folds with `{"error"}` and gives its `parse_error` results a `correct` verdict.
-`QuestionResult.infra` and its construction check use the default set.
+`STOP_REASONS`, default `INFRA_STOP_REASONS`): an `error`/`parse_error` counted as INFRA has no
+verdict (None); a harness that scores unparseable replies as wrong answers folds with
+`{"error"}` and gives its `parse_error` results `correct=False` (the arm helper does, given the
+same `infra_reasons`). A model outcome a gate counts as INFRA (say `length`) keeps its verdict,
+which the fold ignores. `QuestionResult.infra` uses the default set.
 """
 
 from __future__ import annotations
@@ -25,7 +29,11 @@ from typing import Any
 
 from trm_gate._checks import check_id
 from trm_gate.errors import ArmResultError, GateInputError, UnknownStopReasonError
-from trm_store.vocabulary import INFRA_STOP_REASONS, STOP_REASONS  # one definition
+from trm_store.vocabulary import (  # one definition
+    INFRA_STOP_REASONS,
+    STOP_REASONS,
+    outcome_problem,
+)
 
 __all__ = [
     "INFRA_STOP_REASONS",
@@ -52,13 +60,11 @@ class QuestionResult:
         check_id("unit_id", self.unit_id)
         if self.stop_reason not in STOP_REASONS:
             raise UnknownStopReasonError(self.stop_reason, STOP_REASONS)
-        if self.correct is not None and not isinstance(self.correct, bool):
-            raise GateInputError(f"correct must be True, False or None, got {self.correct!r}")
-        if self.correct is None and not self.infra:
-            raise GateInputError(
-                f"question {self.question_id!r} ended with {self.stop_reason!r} but has no "
-                "correct verdict; only INFRA results (error, parse_error) may leave it None"
-            )
+        # The one rule (trm_store.vocabulary), as far as it holds under every gate's policy;
+        # the fold checks the rest under its own `infra_reasons`.
+        problem = outcome_problem(self.correct, self.stop_reason, infra_reasons=None)
+        if problem is not None:
+            raise GateInputError(f"question {self.question_id!r}: {problem}")
 
     @property
     def infra(self) -> bool:
@@ -111,6 +117,10 @@ class UnitOutcome:
         for r in self.results:
             if not isinstance(r, QuestionResult):
                 raise GateInputError(f"expected QuestionResult, got {type(r).__name__}")
+            problem = outcome_problem(r.correct, r.stop_reason, self.infra_reasons)
+            if problem is not None:
+                where = f"unit {self.unit_id!r}, question {r.question_id!r}"
+                raise GateInputError(f"{where}: {problem}")
             if r.unit_id != self.unit_id:
                 raise GateInputError(
                     f"question {r.question_id!r} belongs to unit {r.unit_id!r}, "
@@ -120,11 +130,6 @@ class UnitOutcome:
                 raise GateInputError(f"question {r.question_id!r} appears twice in a unit")
             seen.add(r.question_id)
         infra = any(r.stop_reason in self.infra_reasons for r in self.results)
-        if not infra and any(r.correct is None for r in self.results):
-            raise GateInputError(
-                f"unit {self.unit_id!r} has a question with no correct verdict whose stop_reason "
-                f"is not INFRA under {sorted(self.infra_reasons)}"
-            )
         object.__setattr__(self, "infra", infra)
         score = None if infra else sum(1 for r in self.results if r.correct) / len(seen)
         object.__setattr__(self, "score", score)
@@ -141,6 +146,7 @@ class UnitOutcome:
             "score": self.score,
             "infra": self.infra,
             "n_questions": self.n_questions,
+            "infra_reasons": sorted(self.infra_reasons),
             "results": [r.to_record() for r in self.results],
         }
 
@@ -153,7 +159,12 @@ class UnitOutcome:
             raise GateInputError("unit record lacks 'results'") from e
         if not isinstance(raw, Sequence) or isinstance(raw, str):
             raise GateInputError("unit record 'results' must be a list")
-        return fold_unit(QuestionResult.from_record(r) for r in raw)
+        reasons = record.get("infra_reasons", INFRA_STOP_REASONS)
+        if isinstance(reasons, list | tuple):
+            reasons = frozenset(reasons)
+        return fold_unit(
+            (QuestionResult.from_record(r) for r in raw), infra_reasons=check_infra_reasons(reasons)
+        )
 
 
 def check_infra_reasons(reasons: object) -> frozenset[str]:

@@ -15,6 +15,8 @@ process and fences the old holder off (its next append expects an older version 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +32,13 @@ from trm_store.domain.errors import UnknownGateError
 from trm_store.domain.gate_leases import takeover_problem
 from trm_store.domain.gates import BLOCK_EVALUATED, RESUMED, gate_stream
 
-__all__ = ["Resumed", "take_over"]
+__all__ = ["Resumed", "pool_digest", "take_over"]
+
+
+def pool_digest(pool: Sequence[str]) -> str:
+    """What `gate.started` records of the pool: its units in the order given (the seed's shuffle
+    of that order is the gate's unit order), as a sha256 of their JSON list."""
+    return hashlib.sha256(json.dumps(list(pool)).encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +114,11 @@ def _check_same(
     if started["pool_size"] != len(pool):
         raise GateInputError(
             f"gate {gate_id!r} was started on {started['pool_size']} units, not {len(pool)}"
+        )
+    if started.get("pool_digest") not in (None, pool_digest(pool)):
+        raise GateInputError(
+            f"gate {gate_id!r} was started on other units, or on these in another order: give "
+            "the pool it started on, in the same order"
         )
 
 

@@ -18,7 +18,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from pydantic import ValidationError, model_validator
+from pydantic import ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from trm_gate.config import GateConfig
@@ -52,6 +52,25 @@ class GateSettings(BaseSettings):
     infra_reasons: frozenset[str] = _DEFAULTS["infra_reasons"]
     infra_margin: float = _DEFAULTS["infra_margin"]
     infra_alpha: float = _DEFAULTS["infra_alpha"]
+
+    @field_validator(
+        "alpha",
+        "beta",
+        "p1",
+        "block_size",
+        "max_pairs",
+        "infra_max_rate",
+        "infra_min_units",
+        "infra_margin",
+        "infra_alpha",
+        mode="before",
+    )
+    @classmethod
+    def _no_bool(cls, value: object) -> object:
+        """`true` in a file is not a number (pydantic would read it as 1)."""
+        if isinstance(value, bool):
+            raise ValueError(f"must be a number, got {value!r}")
+        return value
 
     def __init__(self, **values: Any) -> None:
         try:
@@ -92,9 +111,13 @@ class GateSettings(BaseSettings):
 
 def _read_file(path: Path) -> dict[str, Any]:
     try:
+        if path.exists() and not path.is_file():  # a FIFO would hang the read
+            raise GateSettingsError(f"gate settings file {str(path)!r} is not a regular file")
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise GateSettingsError(f"cannot read gate settings file {str(path)!r}: {e}") from None
+    except UnicodeDecodeError as e:
+        raise GateSettingsError(f"gate settings file {str(path)!r} is not UTF-8: {e}") from None
     try:
         data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
     except (tomllib.TOMLDecodeError, ValueError) as e:

@@ -16,10 +16,14 @@ baseline cache and run log without loading a database library (`trm_store/__init
 A question's outcome is the pair (correct, stop_reason), and only some pairs mean something: an
 INFRA reason has no verdict (`correct` is None: the model was never judged), every other reason
 has one (`correct` is True or False). `outcome_problem` is that rule, for every writer and reader
-of outcomes (the run log, the baseline cache, the gate).
+of outcomes (the run log, the baseline cache, the gate). A gate may count other reasons as INFRA
+(its `infra_reasons`); the rule takes that set: an `error` or `parse_error` a gate does not count
+as INFRA is scored as a wrong answer (`correct=False`), and neither is ever `correct=True`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Set as AbstractSet
 
 __all__ = [
     "ID_MAX",
@@ -91,22 +95,50 @@ def id_problem(value: object, limit: int = ID_MAX, *, printable: bool = True) ->
     return None
 
 
-def outcome_problem(correct: object, stop_reason: object) -> str | None:
-    """Why (correct, stop_reason) is not a consistent question outcome, or None when it is: the
-    reason must be one of STOP_REASONS; an INFRA reason goes with `correct=None`, any other
-    reason with `correct` True or False. Each caller raises its own package's typed error."""
+def outcome_problem(
+    correct: object,
+    stop_reason: object,
+    infra_reasons: AbstractSet[str] | None = INFRA_STOP_REASONS,
+) -> str | None:
+    """Why (correct, stop_reason) is not a consistent question outcome, or None when it is.
+
+    Whatever the policy: the reason is one of STOP_REASONS; `correct` is True, False or None; a
+    failed call or an unreadable reply (`error`, `parse_error`) is never right (`correct=True`),
+    and a model outcome (any other reason) always has a verdict (True or False).
+    Under `infra_reasons`, the stop reasons counted as INFRA (a gate's policy; by default
+    INFRA_STOP_REASONS, which the run log and the baseline cache use): an `error`/`parse_error`
+    counted as INFRA has no verdict (None), one not counted as INFRA is scored as a wrong answer
+    (False). `infra_reasons=None`: the policy is not known yet (a gate's `QuestionResult`, folded
+    later under its gate's policy), only the rules that hold under every policy are checked.
+    A model outcome a policy counts as INFRA keeps its verdict, which that policy ignores.
+    Each caller raises its own package's typed error."""
     if not isinstance(stop_reason, str) or stop_reason not in STOP_REASONS:
         return f"unknown stop_reason {stop_reason!r:.80}; known: {', '.join(sorted(STOP_REASONS))}"
     if correct is not None and not isinstance(correct, bool):
         return f"correct must be True, False or None, got {correct!r:.80}"
-    if stop_reason in INFRA_STOP_REASONS and correct is not None:
+    if stop_reason not in INFRA_STOP_REASONS:
+        if correct is None:
+            return (
+                f"stop_reason {stop_reason!r} is a model outcome and needs a verdict: "
+                "correct must be True or False, got None"
+            )
+        return None
+    if correct is True:
+        return (
+            f"stop_reason {stop_reason!r} is a failed call or an unreadable reply: "
+            "it cannot be correct (correct must be None, or False to score it as wrong)"
+        )
+    if infra_reasons is None:
+        return None
+    if stop_reason in infra_reasons and correct is not None:
         return (
             f"stop_reason {stop_reason!r} is an INFRA failure and has no verdict: "
             f"correct must be None, got {correct!r}"
         )
-    if stop_reason not in INFRA_STOP_REASONS and correct is None:
+    if stop_reason not in infra_reasons and correct is None:
         return (
-            f"stop_reason {stop_reason!r} is a model outcome and needs a verdict: "
-            "correct must be True or False, got None"
+            f"stop_reason {stop_reason!r} does not count as INFRA here (INFRA: "
+            f"{', '.join(sorted(infra_reasons)) or 'none'}) and has no correct verdict: "
+            "give it correct=False (scored as a wrong answer)"
         )
     return None

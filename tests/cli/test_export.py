@@ -8,6 +8,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import stat
+import threading
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,7 +19,7 @@ import pytest
 
 from tests.cli.helpers import trm
 from tests.demo_store import HOSTILE, HOSTILE_RUN, DemoStore
-from trm_store import open_store
+from trm_store import RunLog, open_store
 from trm_store.domain._common import json_default
 from trm_store.domain.tables import EXPORT_TABLES, table_rows
 
@@ -146,3 +149,30 @@ def test_predictions_show_hostile_strings_as_text(demo_store: DemoStore) -> None
     as_json = json.loads(trm("predictions", HOSTILE_RUN, "--db", url, "--json", cwd=folder).stdout)
     assert (as_json["judged"], as_json["correct"], as_json["infra"]) == (5, 3, 1)
     assert [r["prediction"] for r in as_json["rows"]][: len(HOSTILE)] == HOSTILE
+
+
+def test_out_through_a_symlink_or_into_a_fifo_keeps_what_is_there(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """--out was written to a temporary file renamed over it: a symlink became a regular file and
+    a FIFO or a device was replaced (as root, `--out /dev/full` replaced /dev/full, and said
+    `wrote`). A symlink now keeps pointing at the file it names; a FIFO is written in place."""
+    with open_store(sqlite_url) as store, RunLog(store, "r-export"):
+        pass
+    real, link = tmp_path / "real.jsonl", tmp_path / "link.jsonl"
+    link.symlink_to(real)
+    args = ("export", "runs", "--db", sqlite_url, "--format", "jsonl", "--out")
+    done = trm(*args, str(link), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert link.is_symlink() and json.loads(real.read_text())["run_id"] == "r-export"
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    done = trm(*args, str(fifo), cwd=tmp_path)
+    reader.join(20)
+    assert done.returncode == 0, done.stderr
+    assert stat.S_ISFIFO(fifo.lstat().st_mode), "the FIFO was replaced by a file"
+    assert got and json.loads(got[0])["run_id"] == "r-export"

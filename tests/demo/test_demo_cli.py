@@ -198,3 +198,31 @@ def test_bad_numbers_are_refused_by_the_parser(
         cli.main(["demo", *args])
     assert exit_.value.code == 2
     assert "error: argument" in capsys.readouterr().err
+
+
+def test_the_gates_infra_reasons_from_the_environment_reach_its_arms(tmp_path: Path) -> None:
+    """With `TRM_GATE_INFRA_REASONS='["error"]'` (unreadable replies scored as wrong answers),
+    the demo's arms score them so: the gate decides instead of dying on results its policy
+    calls inconsistent; the run log keeps each question's own outcome."""
+    url = f"sqlite:///{tmp_path / 'trm.db'}"
+    done = subprocess.run(
+        [*TRM, "demo", "--db", url, "--json"],
+        cwd=tmp_path,
+        env=child_env(tmp_path, TRM_GATE_INFRA_REASONS='["error"]'),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    data = json.loads(done.stdout)
+    with open_store(url) as store:
+        check_first_epoch(store, data)
+        (started, *_) = store.read_stream(f"gate:{data['gate_id']}")
+        assert started.data["config"]["infra_reasons"] == ["error"]
+        unread = [
+            p
+            for arm in data["arms"].values()
+            for p in read_predictions(store, arm["run_id"])
+            if p["stop_reason"] == "parse_error"
+        ]
+        assert all(p["correct"] is None for p in unread)

@@ -40,7 +40,9 @@ def test_the_default_is_the_vocabulary() -> None:
 
 def test_the_fold_follows_the_reasons() -> None:
     q = [QuestionResult("q1", "u", True, "stop"), QuestionResult("q2", "u", False, "parse_error")]
-    assert fold_unit(q).infra
+    with pytest.raises(GateInputError, match="has no verdict"):  # INFRA by default: no verdict
+        fold_unit(q)
+    assert fold_unit([q[0], QuestionResult("q2", "u", None, "parse_error")]).infra
     scored = fold_unit(q, infra_reasons=frozenset({"error"}))
     assert not scored.infra and scored.score == 0.5
     assert fold_unit([q[0]], infra_reasons=frozenset({"stop"})).infra

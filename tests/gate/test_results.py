@@ -26,7 +26,7 @@ def q(
 def test_infra_set_is_exactly_error_and_parse_error() -> None:
     assert frozenset({"error", "parse_error"}) == INFRA_STOP_REASONS
     assert INFRA_STOP_REASONS < STOP_REASONS
-    flagged = {r for r in STOP_REASONS if QuestionResult("q", "u", True, r).infra}
+    flagged = {r for r in STOP_REASONS if QuestionResult("q", "u", False, r).infra}
     assert flagged == {"error", "parse_error"}
 
 
@@ -47,8 +47,10 @@ def test_unknown_stop_reason_is_a_typed_error(stop: object) -> None:
         ({"unit_id": 7}, "unit_id"),
         ({"question_id": "q" * 256}, "question_id"),
         ({"correct": 1}, "correct"),
-        ({"correct": None}, "no correct verdict"),
-        ({"correct": None, "stop_reason": "length"}, "no correct verdict"),
+        ({"correct": None}, "needs a verdict"),
+        ({"correct": None, "stop_reason": "length"}, "needs a verdict"),
+        ({"stop_reason": "error"}, "cannot be correct"),
+        ({"stop_reason": "parse_error"}, "cannot be correct"),
     ],
 )
 def test_bad_question_result_is_refused(kwargs: dict[str, object], match: str) -> None:
@@ -80,8 +82,10 @@ def test_any_infra_question_makes_the_unit_infra(stop: str) -> None:
     assert out.n_questions == 3
 
 
-def test_infra_question_correct_flag_is_ignored() -> None:
-    out = fold_unit([q("a", correct=True, stop="error")])
+def test_an_infra_question_has_no_verdict_under_the_default_policy() -> None:
+    with pytest.raises(GateInputError, match="INFRA failure and has no verdict"):
+        fold_unit([q("a", correct=False, stop="error")])
+    out = fold_unit([q("a", correct=None, stop="error")])
     assert out.infra and out.score is None
 
 

@@ -185,6 +185,9 @@ async def test_refuses_other_arms_parameters_or_pool(store: Store) -> None:
         (Gate(store, block_size=10), pool, Arm("other", table(pool, OK)), "snapshots"),
         (Gate(store, block_size=20), pool, cand, "other parameters"),
         (Gate(store, block_size=10), pool[:-1], cand, "not 39"),
+        # The same size: one unit swapped, or the same units in another order.
+        (Gate(store, block_size=10), [*pool[:-1], "other"], cand, "other units"),
+        (Gate(store, block_size=10), pool[::-1], cand, "another order"),
     ]
     for gate, units_, arm, why in cases:
         with pytest.raises(GateInputError, match=why):

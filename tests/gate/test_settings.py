@@ -4,6 +4,7 @@ overrides > env > file > defaults, and a typed error for anything no gate can be
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -81,11 +82,25 @@ def test_bad_env_is_a_typed_error(
         ("gate.json", "[1, 2]", "table of settings"),
         ("gate.json", '{"alpah": 0.1}', "alpah"),
         ("missing.toml", None, "cannot read"),
+        # Before: a raw UnicodeDecodeError, a block size of 1, a margin of 0.0, a hang.
+        ("latin1.toml", b"alpha = 0.1 # \xe9\n", "not UTF-8"),
+        ("gate.json", '{"block_size": true}', "block_size"),
+        ("gate.toml", "infra_margin = false", "infra_margin"),
+        ("fifo.toml", "fifo", "not a regular file"),
+        ("dir.toml", "dir", "not a regular file"),
     ],
 )
-def test_bad_file_is_a_typed_error(tmp_path: Path, name: str, text: str | None, why: str) -> None:
+def test_bad_file_is_a_typed_error(
+    tmp_path: Path, name: str, text: str | bytes | None, why: str
+) -> None:
     path = tmp_path / name
-    if text is not None:
+    if text == "fifo":
+        os.mkfifo(path)
+    elif text == "dir":
+        path.mkdir()
+    elif isinstance(text, bytes):
+        path.write_bytes(text)
+    elif text is not None:
         path.write_text(text)
     with pytest.raises(GateSettingsError, match=why):
         GateSettings.load(path)

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trm_store import DomainInputError, RunLog, open_store
-from trm_store.domain.browse import PREDICTION_SORTS, predictions_page, run_totals
+from trm_store.domain.browse import PREDICTION_SORTS, final_metrics, predictions_page, run_totals
 from trm_store.domain.runs import read_predictions
 from trm_store.store import Store
 
@@ -116,8 +116,24 @@ def test_totals_count_the_run(store: Store, run: str) -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [{"limit": 501}, {"limit": 0}, {"offset": -1}, {"sort": "nope"}, {"stop_reason": "banana"}],
+    [
+        {"limit": 501},
+        {"limit": 0},
+        {"offset": -1},
+        {"sort": "nope"},
+        {"stop_reason": "banana"},
+        # SQLite compared them as numbers (1 matched True, "x" nothing), PostgreSQL refused
+        # them with a generic driver error: refused alike, before any query.
+        {"correct": 1},
+        {"correct": "x"},
+        {"descending": "no"},
+    ],
 )
 def test_bad_page_arguments_are_typed_errors(store: Store, run: str, bad: dict[str, Any]) -> None:
     with pytest.raises(DomainInputError):
         predictions_page(store, run, **bad)
+
+
+def test_final_metrics_take_a_list_of_run_ids_not_a_string(store: Store, run: str) -> None:
+    with pytest.raises(DomainInputError, match="sequence of run ids"):
+        final_metrics(store, run)  # type: ignore[arg-type]  # its characters were run ids

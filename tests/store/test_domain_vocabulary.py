@@ -4,6 +4,9 @@ runs never registered; manifest facades raise typed errors only. Nothing is writ
 
 from __future__ import annotations
 
+import json
+import os
+import stat
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -160,3 +163,18 @@ def test_exporting_into_a_missing_directory_is_a_typed_error(store: Store, tmp_p
     finally:
         blocked.chmod(0o700)
     assert list((tmp_path).glob("**/.m.json.*.tmp")) == []
+
+
+def test_exporting_through_a_symlink_or_onto_a_fifo(store: Store, tmp_path: Path) -> None:
+    """The atomic write renamed a file over the path: a symlink became a regular file (the file
+    it named left stale) and a FIFO (or a device, as root) was replaced by a file."""
+    scaffold_workspace(store, "ws", skills="s", prompts="p")
+    real, link = tmp_path / "real.json", tmp_path / "link.json"
+    link.symlink_to(real)
+    assert export_manifest(store, "ws", link) == link
+    assert link.is_symlink() and json.loads(real.read_text())["workspace_id"] == "ws"
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ManifestExportError, match="not a regular file"):
+        export_manifest(store, "ws", fifo)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)

@@ -15,6 +15,7 @@ import csv
 import io
 import json
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Callable
@@ -116,7 +117,19 @@ def _flat_frame(store: Any, table: str) -> Any:
 
 
 def _write_file(path: Path, write: Callable[[Path], object]) -> int:
-    """Write through a temporary file in the same folder, renamed into place: whole or nothing."""
+    """Write through a temporary file in the same folder, renamed into place: whole or nothing.
+    A symlink keeps pointing where it did (its target is written); a FIFO or a device
+    (`/dev/stdout`) is written in place, never renamed over (that would replace it)."""
+    try:
+        kind = path.stat().st_mode
+    except FileNotFoundError:
+        kind = None
+    except OSError as exc:
+        print(f"trm: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    if kind is not None and not stat.S_ISREG(kind):
+        return _written(path, lambda: write(path))
+    shown, path = path, path.resolve()
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
@@ -126,9 +139,22 @@ def _write_file(path: Path, write: Callable[[Path], object]) -> int:
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)  # as a plain open() would create it, not mkstemp's 0600
-    try:
+
+    def write_and_rename() -> None:
         write(Path(tmp))
         os.replace(tmp, path)
+
+    try:
+        return _written(shown, write_and_rename)
+    finally:
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _written(path: Path, write: Callable[[], object]) -> int:
+    """Run `write`; its failure as one line (exit 2), else `wrote PATH`."""
+    try:
+        write()
     except ImportError as exc:  # pandas without pyarrow
         print(
             f"trm: --format parquet needs pyarrow: pip install 'trm[frames]' ({exc})",
@@ -138,8 +164,5 @@ def _write_file(path: Path, write: Callable[[Path], object]) -> int:
     except OSError as exc:
         print(f"trm: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    finally:
-        with suppress(FileNotFoundError):
-            os.unlink(tmp)
     print(f"trm: wrote {path}", file=sys.stderr)
     return 0

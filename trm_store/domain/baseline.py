@@ -231,6 +231,7 @@ def _normalise(snapshot: str, unit_id: str, outcome: object) -> dict[str, Any]:
         raise InfraOutcomeError(snapshot, unit_id, [str(q) for q in infra])
     if record.pop("infra", False) is not False:
         raise DomainInputError(f"outcome of unit {unit_id!r}: infra must be a bool")
+    record.pop("infra_reasons", None)  # the policy a gate folded it under, not the outcome's
     for question in questions:
         if question.pop("unit_id", unit_id) != unit_id:
             raise DomainInputError(f"a result of unit {unit_id!r} names another unit")

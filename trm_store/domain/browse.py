@@ -98,6 +98,10 @@ def predictions_page(
     check_id("run_id", run_id)
     if unit_id is not None:
         check_id("unit_id", unit_id)
+    if correct is not None and not isinstance(correct, bool):
+        raise DomainInputError(f"correct must be True, False or None, got {correct!r:.80}")
+    if not isinstance(descending, bool):
+        raise DomainInputError(f"descending must be a bool, got {descending!r:.80}")
     if stop_reason is not None and stop_reason not in STOP_REASONS:
         raise DomainInputError(
             f"stop_reason must be one of {', '.join(sorted(STOP_REASONS))}, got {stop_reason!r:.80}"
@@ -174,6 +178,8 @@ def run_totals(store: Store, run_id: str) -> dict[str, Any]:
 def final_metrics(store: Store, run_ids: Sequence[str]) -> list[dict[str, Any]]:
     """The `final` dual metrics of these runs, in the order they were recorded: one query for
     a workspace's whole history instead of one per run."""
+    if isinstance(run_ids, str) or not isinstance(run_ids, Sequence):
+        raise DomainInputError(f"run_ids must be a sequence of run ids, got {run_ids!r:.80}")
     ids = [check_id("run_id", run_id) for run_id in run_ids]
     with store.query(METRICS) as (conn, tables):
         table = tables["dual_metrics"]

@@ -79,6 +79,9 @@ class GateStarted(DomainModel):
     seed: int = Field(ge=0, lt=2**63)
     pool_size: Positive
     config: dict[str, JsonValue]
+    # sha256 of the pool as given (JSON list): `Gate.resume` refuses another pool, or the same
+    # units in another order (another unit order). None in gates started by an older trm.
+    pool_digest: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
 
 class BlockEvaluated(DomainModel):

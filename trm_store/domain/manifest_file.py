@@ -46,8 +46,10 @@ def export_manifest(store: Store, workspace_id: str, path: str | os.PathLike[str
         raise ManifestExportError(
             f"cannot write {target}: directory {target.parent} does not exist"
         )
+    if target.exists() and not target.is_file():  # renamed over, a FIFO or device would go
+        raise ManifestExportError(f"cannot write {target}: it is not a regular file")
     try:
-        atomic_write_json(target, manifest)
+        atomic_write_json(target.resolve(), manifest)  # a symlink keeps naming its file
     except OSError as e:
         raise ManifestExportError(f"cannot write {target}: {e.strerror or e}") from e
     return target

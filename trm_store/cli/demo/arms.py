@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trm_gate import Answer, QuestionAsker, QuestionResult
+from trm_gate import INFRA_STOP_REASONS, Answer, QuestionAsker, QuestionResult
 from trm_llm import (
     ChatResult,
     CircuitBreaker,
@@ -83,6 +83,7 @@ class DemoArm:
     wait: BreakerWait
     params: dict[str, Any]
     on_answer: Callable[[], None] = lambda: None
+    infra_reasons: frozenset[str] = INFRA_STOP_REASONS  # the gate's: what the asker scores
     asked: int = 0
     requeued: int = 0
     last_error: str | None = None  # the last failure that was not the breaker's refusal
@@ -99,6 +100,7 @@ class DemoArm:
             max_waits=self.wait.requeue.max_times,
             max_wait_s=self.wait.requeue.max_wait_s,
             on_answer=self._record,
+            infra_reasons=self.infra_reasons,
         )
 
     async def evaluate(self, unit_ids: Sequence[str]) -> list[QuestionResult]:
@@ -132,7 +134,9 @@ class DemoArm:
             q.question_id,
             unit_id=q.unit_id,
             prediction=answer.prediction,
-            correct=result.correct,
+            # The log keeps the question's own outcome (an unreadable reply has no verdict);
+            # a gate that scores it as wrong says so in its own config.
+            correct=None if result.stop_reason in INFRA_STOP_REASONS else result.correct,
             stop_reason=result.stop_reason,
             expected=q.answer,
             **fields,

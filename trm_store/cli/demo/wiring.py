@@ -177,13 +177,25 @@ class EpochRun:
                 RunLog(self.store, self.runs[0], config=self._config(0)) as base_log,
                 RunLog(self.store, self.runs[1], config=self._config(1)) as cand_log,
             ):
+                settings = gate_settings()
                 arms = tuple(
-                    DemoArm(client, pool, prompt.text, salt, log, limiter, wait, params, on_answer)
+                    DemoArm(
+                        client,
+                        pool,
+                        prompt.text,
+                        salt,
+                        log,
+                        limiter,
+                        wait,
+                        params,
+                        on_answer,
+                        infra_reasons=settings.infra_reasons,
+                    )
                     for prompt, salt, log in zip(
                         self.prompts, self.salts, (base_log, cand_log), strict=True
                     )
                 )
-                gate = Gate.from_settings(self.store, gate_settings())
+                gate = Gate.from_settings(self.store, settings)
                 baseline = Arm(self.snapshots[0], arms[0].evaluate)
                 candidate = Arm(self.snapshots[1], arms[1].evaluate)
                 if self.attempt:
