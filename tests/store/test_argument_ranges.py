@@ -7,6 +7,7 @@ nothing. Each property runs the same call on a SQLite store and on a PostgreSQL 
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import uuid
@@ -19,6 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from trm_store import NewEvent, Store, StoreError, open_store
+from trm_store.cli.staleness import age_text, seconds_arg
 from trm_store.domain.diagnosis import read_diagnoses, record_diagnosis
 from trm_store.domain.gate_leases import mark_stale_gates
 from trm_store.domain.llm_calls import llm_calls
@@ -191,3 +193,19 @@ def test_cli_text_no_backend_keeps_is_one_line(argv: list[str], sqlite_url: str)
         RunLog(store, "r").__enter__()  # left running, for --fail
     (message,) = trm(*argv, "--db", sqlite_url)
     assert message.startswith("trm: DomainInputError: "), message
+
+
+def test_the_stale_after_limit_is_the_one_the_message_names() -> None:
+    """The bound printed is exact: the number it names is accepted, the next one up refused."""
+    with pytest.raises(argparse.ArgumentTypeError) as refused:
+        seconds_arg("1e14")
+    limit = str(refused.value).split("<= ")[1].split(",")[0]
+    assert seconds_arg(limit) == float(limit)
+    with pytest.raises(argparse.ArgumentTypeError):
+        seconds_arg(str(float(limit) + 1))
+
+
+def test_an_age_a_little_in_the_future_reads_zero() -> None:
+    """A recorder's clock a little ahead of the reader's gives no "-0s"."""
+    assert age_text(-0.4) == "0s"
+    assert age_text(59.6) == "60s"

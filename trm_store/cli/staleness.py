@@ -40,7 +40,7 @@ def seconds_arg(text: str) -> float:
         value = math.nan
     if not 0 < value <= _SECONDS_MAX:  # False for NaN too
         raise argparse.ArgumentTypeError(
-            f"must be a number of seconds > 0 and <= {_SECONDS_MAX:g}, got {text!r}"
+            f"must be a number of seconds > 0 and <= {_SECONDS_MAX:.0f}, got {text!r}"
         )
     return value
 
@@ -66,9 +66,10 @@ def age_text(seconds: float | None) -> str:
     """An age as a few characters (`42s`, `7m`, `3.5h`; `-` for None)."""
     if seconds is None:
         return "-"
-    if abs(seconds) < 120:
+    seconds = max(seconds, 0.0)  # a clock a little behind the recorder's: no "-0s"
+    if seconds < 120:
         return f"{seconds:.0f}s"
-    if abs(seconds) < 7200:
+    if seconds < 7200:
         return f"{seconds / 60:.0f}m"
     return f"{seconds / 3600:.1f}h"
 
