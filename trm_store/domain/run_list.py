@@ -1,7 +1,7 @@
 """Every run at a glance: its `runs` row, how many predictions it recorded, and its lease's age.
 
 The listing behind `trm runs` (and any other view of the runs): one query over the `runs`
-projection joined with the prediction counts and `run_leases`, oldest run first.
+projection (which keeps each run's prediction count) joined with `run_leases`, oldest run first.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, TypedDict
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from trm_store.domain._common import as_utc
 from trm_store.domain.runs import PROJECTION
@@ -44,12 +44,7 @@ class RunListing(TypedDict):
 def list_runs(store: Store, *, now: datetime) -> list[RunListing]:
     """Every run, oldest first, with its lease's age at `now` (an aware datetime)."""
     with store.query(PROJECTION) as (conn, tables):
-        runs, predictions = tables["runs"], tables["predictions"]
-        counts = (
-            select(predictions.c.run_id, func.count().label("n"))
-            .group_by(predictions.c.run_id)
-            .subquery()
-        )
+        runs = tables["runs"]
         rows = conn.execute(
             select(
                 runs.c.run_id,
@@ -60,14 +55,10 @@ def list_runs(store: Store, *, now: datetime) -> list[RunListing]:
                 runs.c.host,
                 runs.c.pid,
                 runs.c.last_event_at,
-                counts.c.n,
+                runs.c.predictions,
                 RUN_LEASES.c.heartbeat_at,
             )
-            .select_from(
-                runs.outerjoin(counts, counts.c.run_id == runs.c.run_id).outerjoin(
-                    RUN_LEASES, RUN_LEASES.c.run_id == runs.c.run_id
-                )
-            )
+            .select_from(runs.outerjoin(RUN_LEASES, RUN_LEASES.c.run_id == runs.c.run_id))
             .order_by(runs.c.started_at, runs.c.run_id)
         ).all()
     return [
@@ -77,7 +68,7 @@ def list_runs(store: Store, *, now: datetime) -> list[RunListing]:
             "reason": r.reason,
             "started_at": as_utc(r.started_at),
             "ended_at": None if r.finished_at is None else as_utc(r.finished_at),
-            "predictions": r.n or 0,
+            "predictions": r.predictions,
             "host": r.host,
             "pid": r.pid,
             "last_event_at": as_utc(r.last_event_at),
