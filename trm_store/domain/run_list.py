@@ -6,19 +6,20 @@ projection (which keeps each run's prediction count) joined with `run_leases`, o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, TypedDict
 
 from sqlalchemy import select
 
-from trm_store.domain._common import as_utc
+from trm_store.domain._common import as_utc, check_id, check_int
 from trm_store.domain.runs import PROJECTION
 from trm_store.schema import RUN_LEASES
 
 if TYPE_CHECKING:
     from trm_store.store import Store
 
-__all__ = ["RunListing", "list_runs"]
+__all__ = ["RunListing", "list_runs", "run_statuses"]
 
 
 class RunListing(TypedDict):
@@ -41,11 +42,14 @@ class RunListing(TypedDict):
     """Seconds from the heartbeat to `now`, rounded to ms."""
 
 
-def list_runs(store: Store, *, now: datetime) -> list[RunListing]:
-    """Every run, oldest first, with its lease's age at `now` (an aware datetime)."""
+def list_runs(store: Store, *, now: datetime, newest: int | None = None) -> list[RunListing]:
+    """Every run (or the `newest` last started), oldest first, with its lease's age at `now`
+    (an aware datetime)."""
+    if newest is not None:
+        check_int("newest", newest, minimum=1)
     with store.query(PROJECTION) as (conn, tables):
         runs = tables["runs"]
-        rows = conn.execute(
+        query = (
             select(
                 runs.c.run_id,
                 runs.c.status,
@@ -59,8 +63,9 @@ def list_runs(store: Store, *, now: datetime) -> list[RunListing]:
                 RUN_LEASES.c.heartbeat_at,
             )
             .select_from(runs.outerjoin(RUN_LEASES, RUN_LEASES.c.run_id == runs.c.run_id))
-            .order_by(runs.c.started_at, runs.c.run_id)
-        ).all()
+            .order_by(runs.c.started_at.desc(), runs.c.run_id.desc())
+        )
+        rows = conn.execute(query if newest is None else query.limit(newest)).all()[::-1]
     return [
         {
             "run_id": r.run_id,
@@ -79,3 +84,21 @@ def list_runs(store: Store, *, now: datetime) -> list[RunListing]:
         }
         for r in rows
     ]
+
+
+def run_statuses(store: Store, run_ids: Sequence[str]) -> dict[str, str]:
+    """The status of each of `run_ids` that was registered (a page that shows only statuses
+    reads no more than them: one primary-key read per id)."""
+    ids = [check_id("run_id", run_id) for run_id in run_ids]
+    found: dict[str, str] = {}
+    with store.query(PROJECTION) as (conn, tables):
+        runs = tables["runs"]
+        for i in range(0, len(ids), _CHUNK):
+            query = select(runs.c.run_id, runs.c.status).where(
+                runs.c.run_id.in_(ids[i : i + _CHUNK])
+            )
+            found.update((r.run_id, r.status) for r in conn.execute(query))
+    return found
+
+
+_CHUNK = 500  # run ids per IN (...) query
