@@ -11,8 +11,11 @@ answering `GET /static/ui.css` (a static file: its floor) in the same run; each 
 printed as a ratio against it. Targets (issue 18): every API call < 200 ms, every first paint
 < 1 s.
 
-    .venv/bin/python bench/ui_bench.py                        # 1,000,000 events (~3 min to build)
+    .venv/bin/python bench/ui_bench.py --store /tmp/ui1m.db   # 1,000,000 events (~11 min to build)
     .venv/bin/python bench/ui_bench.py --events 100000 --store /tmp/ui100k.db
+
+With --store, an existing file is reused (built by an earlier run) and its projections brought
+current first (a projection whose version changed is rebuilt: the UI serves read-only).
 
 Needs the `ui` extra, playwright and chromium (`apt-get install -y chromium`). Not a test.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import subprocess
@@ -170,10 +174,17 @@ def main() -> int:
     t0 = time.perf_counter()
     if path.exists():
         print(f"reusing {path}", file=sys.stderr)
+        with open_store(f"sqlite:///{path}") as store:  # the UI reads current projections only
+            rebuilt = store.recover()
+            print(f"  {store.head_position():,} events; projections brought current: {rebuilt}")
     else:
         build(path, args.events)
     pages = addresses()
     print(f"store ready in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {_commit()}, load "
+        f"average {os.getloadavg()[0]:.1f} (cpus: {os.cpu_count()})"
+    )
     server = subprocess.Popen(
         [
             sys.executable,
@@ -210,10 +221,20 @@ def main() -> int:
                     f"{paint:9.1f} {paint / floor:7.1f}"
                 )
         print("\ntargets: every API call < 200 ms, every first paint < 1000 ms")
+        print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     finally:
         server.terminate()
         server.wait()
     return 0
+
+
+def _commit() -> str:
+    """The checkout's commit (and `+dirty` with uncommitted changes): what was measured."""
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode
+    return head + ("+dirty" if dirty else "")
 
 
 def addresses() -> dict[str, str]:

@@ -3,6 +3,7 @@ sink was given, for every source, after any position, and names what it does not
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from typing import Any
 
@@ -164,11 +165,14 @@ def expected(
 def test_stats_equal_a_plain_count_of_what_was_emitted(
     sqlite_url: str, data: st.DataObject
 ) -> None:
-    with open_store(sqlite_url) as store:
+    fresh = sqlite_url.removesuffix(".db") + f"-{uuid.uuid4().hex}.db"  # one per example
+    with open_store(fresh) as store:
         sink = StoreEventSink(store)
-        before = [("old", *data.draw(a_call(0)))]  # recorded before `after`: never counted
-        for source, event_type, payload in before:
-            sink.emit(source, event_type, {**payload, "call_id": f"{store.head_position()}-old"})
+        before = []  # recorded before `after`: never counted after it
+        for source, event_type, payload in [("old", *data.draw(a_call(0)))]:
+            payload = {**payload, "call_id": f"{store.head_position()}-old"}
+            sink.emit(source, event_type, payload)
+            before.append((source, event_type, payload))
         after = store.head_position()
         sources = st.sampled_from(["old", "a", "b"])
         calls = []
@@ -176,6 +180,14 @@ def test_stats_equal_a_plain_count_of_what_was_emitted(
             source, (event_type, payload) = data.draw(sources), data.draw(a_call(n))
             payload = {**payload, "call_id": f"{after}-{n}"}  # unique across examples
             sink.emit(source, event_type, payload)
+            calls.append((source, event_type, payload))
+        # A call recorded again (its row replaced) counts once, as recorded last.
+        for again in data.draw(st.lists(st.integers(0, 11), max_size=2)) if calls else []:
+            call_id = calls[again % len(calls)][2]["call_id"]
+            source, (event_type, payload) = data.draw(sources), data.draw(a_call(again))
+            payload = {**payload, "call_id": call_id}
+            sink.emit(source, event_type, payload)
+            calls = [c for c in calls if c[2]["call_id"] != call_id]
             calls.append((source, event_type, payload))
         opened = Counter(data.draw(st.lists(sources, max_size=3)))
         for source in opened.elements():
@@ -194,6 +206,12 @@ def test_stats_equal_a_plain_count_of_what_was_emitted(
             )
             moves.setdefault(source, []).append((fro, to))
         assert llm_stats(store, after=after) == expected(calls, opened, moves)
+        # Over every call (the projection's running totals, not the rows): the same count.
+        assert llm_stats(store) == expected(before + calls, opened, moves)
+        for source in {"old"} | {c[0] for c in calls}:
+            assert llm_stats(store, source=source) == {
+                source: expected(before + calls, opened, moves)[source]
+            }
         known = {"old"} | {c[0] for c in calls} | set(opened) | set(moves)
         for source in known:  # every known source
             one = llm_stats(store, source=source, after=after)

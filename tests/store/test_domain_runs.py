@@ -15,6 +15,7 @@ import pytest
 from trm_store import NewEvent, ReadOnlyStoreError, Store, open_store
 from trm_store.domain.errors import RunStateError, UnknownRunError
 from trm_store.domain.run_leases import _mark, mark_stale_runs, stale_runs
+from trm_store.domain.run_list import list_runs, run_statuses
 from trm_store.domain.run_log import RunLog
 from trm_store.domain.runs import run_info
 
@@ -150,7 +151,21 @@ def test_recording_a_question_again_replaces_it_in_the_read_model(store: Store) 
         ("q0000", "A"), ("q0001", "B"), ("q0002", "A"),
     ]  # fmt: skip
     assert sum(e.type == "run.prediction_recorded" for e in store.read_stream("run:r1")) == 4
+    assert run_info(store, "r1")["predictions"] == 3  # the run's count: questions, not events
     assert store.verify_projections() == []
+
+
+def test_a_listing_of_the_newest_runs_and_of_statuses_reads_only_them(store: Store) -> None:
+    for r in range(4):
+        with RunLog(store, f"r{r}", clock=Clock(T0 + timedelta(seconds=r))) as log:
+            for i in range(r):
+                _predict(log, i)
+    everything = list_runs(store, now=T0)
+    assert [(x["run_id"], x["predictions"]) for x in everything] == [
+        ("r0", 0), ("r1", 1), ("r2", 2), ("r3", 3),
+    ]  # fmt: skip
+    assert list_runs(store, now=T0, newest=2) == everything[-2:]  # still oldest first
+    assert run_statuses(store, ["r3", "r1", "nope"]) == {"r3": "completed", "r1": "completed"}
 
 
 def test_a_runlog_is_used_once_and_only_inside_with(store: Store) -> None:

@@ -1,24 +1,25 @@
 """Every run at a glance: its `runs` row, how many predictions it recorded, and its lease's age.
 
 The listing behind `trm runs` (and any other view of the runs): one query over the `runs`
-projection joined with the prediction counts and `run_leases`, oldest run first.
+projection (which keeps each run's prediction count) joined with `run_leases`, oldest run first.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, TypedDict
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 
-from trm_store.domain._common import as_utc
+from trm_store.domain._common import as_utc, check_id, check_int
 from trm_store.domain.runs import PROJECTION
 from trm_store.schema import RUN_LEASES
 
 if TYPE_CHECKING:
     from trm_store.store import Store
 
-__all__ = ["RunListing", "list_runs"]
+__all__ = ["RunListing", "list_runs", "run_statuses"]
 
 
 class RunListing(TypedDict):
@@ -41,16 +42,14 @@ class RunListing(TypedDict):
     """Seconds from the heartbeat to `now`, rounded to ms."""
 
 
-def list_runs(store: Store, *, now: datetime) -> list[RunListing]:
-    """Every run, oldest first, with its lease's age at `now` (an aware datetime)."""
+def list_runs(store: Store, *, now: datetime, newest: int | None = None) -> list[RunListing]:
+    """Every run (or the `newest` last started), oldest first, with its lease's age at `now`
+    (an aware datetime)."""
+    if newest is not None:
+        check_int("newest", newest, minimum=1)
     with store.query(PROJECTION) as (conn, tables):
-        runs, predictions = tables["runs"], tables["predictions"]
-        counts = (
-            select(predictions.c.run_id, func.count().label("n"))
-            .group_by(predictions.c.run_id)
-            .subquery()
-        )
-        rows = conn.execute(
+        runs = tables["runs"]
+        query = (
             select(
                 runs.c.run_id,
                 runs.c.status,
@@ -60,16 +59,13 @@ def list_runs(store: Store, *, now: datetime) -> list[RunListing]:
                 runs.c.host,
                 runs.c.pid,
                 runs.c.last_event_at,
-                counts.c.n,
+                runs.c.predictions,
                 RUN_LEASES.c.heartbeat_at,
             )
-            .select_from(
-                runs.outerjoin(counts, counts.c.run_id == runs.c.run_id).outerjoin(
-                    RUN_LEASES, RUN_LEASES.c.run_id == runs.c.run_id
-                )
-            )
-            .order_by(runs.c.started_at, runs.c.run_id)
-        ).all()
+            .select_from(runs.outerjoin(RUN_LEASES, RUN_LEASES.c.run_id == runs.c.run_id))
+            .order_by(runs.c.started_at.desc(), runs.c.run_id.desc())
+        )
+        rows = conn.execute(query if newest is None else query.limit(newest)).all()[::-1]
     return [
         {
             "run_id": r.run_id,
@@ -77,7 +73,7 @@ def list_runs(store: Store, *, now: datetime) -> list[RunListing]:
             "reason": r.reason,
             "started_at": as_utc(r.started_at),
             "ended_at": None if r.finished_at is None else as_utc(r.finished_at),
-            "predictions": r.n or 0,
+            "predictions": r.predictions,
             "host": r.host,
             "pid": r.pid,
             "last_event_at": as_utc(r.last_event_at),
@@ -88,3 +84,21 @@ def list_runs(store: Store, *, now: datetime) -> list[RunListing]:
         }
         for r in rows
     ]
+
+
+def run_statuses(store: Store, run_ids: Sequence[str]) -> dict[str, str]:
+    """The status of each of `run_ids` that was registered (a page that shows only statuses
+    reads no more than them: one primary-key read per id)."""
+    ids = [check_id("run_id", run_id) for run_id in run_ids]
+    found: dict[str, str] = {}
+    with store.query(PROJECTION) as (conn, tables):
+        runs = tables["runs"]
+        for i in range(0, len(ids), _CHUNK):
+            query = select(runs.c.run_id, runs.c.status).where(
+                runs.c.run_id.in_(ids[i : i + _CHUNK])
+            )
+            found.update((r.run_id, r.status) for r in conn.execute(query))
+    return found
+
+
+_CHUNK = 500  # run ids per IN (...) query

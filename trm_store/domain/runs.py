@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
 from pydantic import AwareDatetime, Field, JsonValue, model_validator
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     Connection,
@@ -25,6 +26,7 @@ from sqlalchemy import (
     Text,
     func,
     select,
+    update,
 )
 
 from trm_store.domain._common import (
@@ -106,11 +108,13 @@ PREDICTION_KEYS = frozenset(
 
 
 class RunsProjection(Projection):
-    """`runs`: one row per run (status, times, config, stream version); `predictions`: the latest
-    prediction per (run, question), in the order first recorded."""
+    """`runs`: one row per run (status, times, config, stream version, how many questions it
+    predicted); `predictions`: the latest prediction per (run, question), in the order first
+    recorded. The count is kept on the run's row so a listing of runs reads no predictions (a
+    million-event store holds ~830,000)."""
 
     name: ClassVar[str] = PROJECTION
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3  # 3: runs.predictions (issue 18)
     event_types: ClassVar[frozenset[str]] = frozenset(
         {REGISTERED, PREDICTION_RECORDED, COMPLETED, FAILED}
     )
@@ -130,6 +134,7 @@ class RunsProjection(Projection):
             Column("error", Text, nullable=True),
             Column("version", Integer, nullable=False),
             Column("last_event_at", DateTime(timezone=True), nullable=False),
+            Column("predictions", BigInteger, nullable=False),  # questions predicted
         )
         Index(f"ix_runs_status{suffix}", runs.c.status)
         predictions = Table(
@@ -163,14 +168,17 @@ class RunsProjection(Projection):
                 rows[key] = {"run_id": run_id, "seq": seq, **event.data}
             else:
                 # In order: a run may register, end and register again within one batch.
-                self._change_run(conn, runs, run_id, event)
+                self._change_run(conn, runs, predictions, run_id, event)
+        _count_new(conn, tables, rows)
         upsert(conn, predictions, list(rows.values()), keys=_PREDICTION_KEY, update=_PREDICTED)
         update_rows(
             conn, runs, [{"run_id": r, "version": v} for r, v in versions.items()], _RUN_KEY
         )
 
     @staticmethod
-    def _change_run(conn: Connection, runs: Table, run_id: str, event: RecordedEvent) -> None:
+    def _change_run(
+        conn: Connection, runs: Table, predictions: Table, run_id: str, event: RecordedEvent
+    ) -> None:
         data = event.data
         touched: dict[str, Any] = {"last_event_at": event.recorded_at, "version": event.version}
         if event.type == REGISTERED:
@@ -184,6 +192,11 @@ class RunsProjection(Projection):
                 "pid": data["pid"],
                 "reason": None,
                 "error": None,
+                # Kept by a re-registration (not in `_REREGISTERED`); a first one counts any
+                # predictions recorded before it.
+                "predictions": conn.execute(
+                    select(func.count()).where(predictions.c.run_id == run_id)
+                ).scalar_one(),
                 **touched,
             }
             # A resumed run keeps the time it first started: everything else is replaced.
@@ -202,6 +215,33 @@ class RunsProjection(Projection):
         update_rows(conn, runs, [{"run_id": run_id, **ended, **touched}], _RUN_KEY)
 
 
+def _count_new(
+    conn: Connection, tables: Mapping[str, Table], rows: Mapping[tuple[str, str], Any]
+) -> None:
+    """Add to each run's `predictions` the questions of `rows` it had not predicted yet (one
+    primary-key read per run in the batch: a re-recorded question is not counted again)."""
+    runs, predictions = tables["runs"], tables["predictions"]
+    asked: dict[str, list[str]] = {}
+    for run_id, question_id in rows:
+        asked.setdefault(run_id, []).append(question_id)
+    for run_id, questions in asked.items():
+        seen = 0
+        for i in range(0, len(questions), _CHUNK):
+            chunk = questions[i : i + _CHUNK]
+            seen += conn.execute(
+                select(func.count()).where(
+                    predictions.c.run_id == run_id, predictions.c.question_id.in_(chunk)
+                )
+            ).scalar_one()
+        if len(questions) > seen:
+            conn.execute(
+                update(runs)
+                .where(runs.c.run_id == run_id)
+                .values(predictions=runs.c.predictions + (len(questions) - seen))
+            )
+
+
+_CHUNK = 500  # question ids per IN (...) query
 _STREAM_PREFIX = f"{STREAM}:"
 _RUN_KEY = ("run_id",)
 _REREGISTERED = (
@@ -228,13 +268,10 @@ def run_info(store: Store, run_id: str) -> dict[str, Any]:
     config, host, pid, reason and error of a failure, predictions recorded, last heartbeat."""
     check_id("run_id", run_id)
     with store.query(PROJECTION) as (conn, tables):
-        runs, predictions = tables["runs"], tables["predictions"]
+        runs = tables["runs"]
         row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
         if row is None:
             raise UnknownRunError(f"no run {run_id!r} was registered")
-        count = conn.execute(
-            select(func.count()).select_from(predictions).where(predictions.c.run_id == run_id)
-        ).scalar_one()
         heartbeat = conn.execute(
             select(RUN_LEASES.c.heartbeat_at).where(RUN_LEASES.c.run_id == run_id)
         ).scalar_one_or_none()
@@ -248,7 +285,7 @@ def run_info(store: Store, run_id: str) -> dict[str, Any]:
         "pid": row.pid,
         "reason": row.reason,
         "error": row.error,
-        "predictions": count,
+        "predictions": row.predictions,
         "heartbeat_at": None if heartbeat is None else as_utc(heartbeat),
     }
 

@@ -23,7 +23,7 @@ from trm_store.domain.diagnosis import read_diagnoses
 from trm_store.domain.gate_report import read_gate_report
 from trm_store.domain.gates import gate_info, list_gates
 from trm_store.domain.llm_calls import breaker_transitions, llm_sources, llm_stats
-from trm_store.domain.run_list import list_runs
+from trm_store.domain.run_list import list_runs, run_statuses
 from trm_store.domain.runs import run_info
 from trm_store.domain.workspace import get_manifest
 from trm_store.store import Store
@@ -51,7 +51,7 @@ def overview_page(store: Store) -> dict[str, Any]:
     """The front page: every workspace, the latest runs and gates, the LLM sources."""
     return {
         "workspaces": list_workspaces(store),
-        "runs": list_runs(store, now=_now())[-20:][::-1],
+        "runs": list_runs(store, now=_now(), newest=20)[::-1],
         "gates": list_gates(store)[:20],
         "llm_sources": llm_sources(store),
         "head": store.head_position(),
@@ -63,7 +63,7 @@ def workspace_page(store: Store, workspace_id: str) -> dict[str, Any]:
     `final` dual metrics over epochs (a chart per pool and arm), its best version."""
     manifest = get_manifest(store, workspace_id)
     gates = {g["gate_id"]: g for g in list_gates(store)}
-    statuses = {r["run_id"]: r["status"] for r in list_runs(store, now=_now())}
+    statuses = run_statuses(store, [r["run_id"] for r in manifest["runs"]])
     epochs: dict[str, list[dict[str, Any]]] = {}
     arms: dict[str, str] = {}
     for recorded in manifest["runs"]:

@@ -4,7 +4,15 @@
   the failed ones, latency, TTFT, tokens, the event's position;
 - `llm_breaker_transitions`: every breaker state change, per source, in order;
 - `llm_limit_changes`: every move of the concurrency limit, per source, in order;
-- `llm_cache_problems`: every corrupt entry and failed cache read or write (source `cache`).
+- `llm_cache_problems`: every corrupt entry and failed cache read or write (source `cache`);
+- `llm_call_totals` and `llm_call_counts`: the calls' running totals per source and salt, and
+  the failed calls and attempts per error kind and reason (`totals`: what `llm_stats` reads
+  instead of every call).
+
+Besides the source index, `llm_calls` has two on (source, outcome, cache_hit, then latency_ms or
+ttft_ms, position): a nearest-rank percentile of a source's fetched calls is one `ORDER BY ...
+LIMIT 1 OFFSET k` walking one index (position in it: no table read for an `after`); and one on
+(source, outcome, position), to find a source's last failed call without reading the others.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from sqlalchemy import (
     Table,
     Text,
     insert,
+    select,
 )
 
 from trm_store.domain._common import upsert
@@ -38,6 +47,7 @@ from trm_store.domain.llm_calls.models import (
     LIMIT_CHANGED,
     STREAM,
 )
+from trm_store.domain.llm_calls.totals import define_totals, update_totals
 from trm_store.events import RecordedEvent
 from trm_store.projections import Projection, register_projection
 from trm_store.schema import JsonColumn
@@ -53,7 +63,8 @@ class LLMCallsProjection(Projection):
     (see the module doc)."""
 
     name: ClassVar[str] = PROJECTION
-    version: ClassVar[int] = 4  # 3: exact JSON text (issue 14); 3': overload_retries (17)
+    version: ClassVar[int] = 5  # 3: exact JSON text (issue 14); 4: overload_retries (17);
+    # 5: running totals per source and salt, and the percentile indexes (issue 18)
     event_types: ClassVar[frozenset[str]] = frozenset(
         {CALL_COMPLETED, CALL_FAILED, BREAKER_CHANGED, LIMIT_CHANGED} | CACHE_EVENTS
     )
@@ -92,6 +103,10 @@ class LLMCallsProjection(Projection):
             Column("recorded_at", DateTime(timezone=True), nullable=False),
         )
         Index(f"ix_llm_calls_source{suffix}", calls.c.source, calls.c.position)
+        fetched = (calls.c.source, calls.c.outcome, calls.c.cache_hit)
+        Index(f"ix_llm_calls_latency{suffix}", *fetched, calls.c.latency_ms, calls.c.position)
+        Index(f"ix_llm_calls_ttft{suffix}", *fetched, calls.c.ttft_ms, calls.c.position)
+        Index(f"ix_llm_calls_outcome{suffix}", calls.c.source, calls.c.outcome, calls.c.position)
         breaker = Table(
             f"llm_breaker_transitions{suffix}",
             metadata,
@@ -132,7 +147,13 @@ class LLMCallsProjection(Projection):
             Column("detail", Text, nullable=False),
             Column("recorded_at", DateTime(timezone=True), nullable=False),
         )
-        return {"calls": calls, "breaker": breaker, "limits": limits, "cache": cache}
+        return {
+            "calls": calls,
+            "breaker": breaker,
+            "limits": limits,
+            "cache": cache,
+            **define_totals(metadata, suffix),
+        }
 
     def apply(
         self, conn: Connection, tables: Mapping[str, Table], events: Sequence[RecordedEvent]
@@ -150,11 +171,26 @@ class LLMCallsProjection(Projection):
                 limits.append(_limit_row(event))
             else:
                 cache.append(_cache_row(event))
+        calls = list({row["call_id"]: row for row in calls}.values())  # the last one counts
+        update_totals(conn, tables, _recorded(conn, tables["calls"], calls), calls)
         columns = [c.name for c in tables["calls"].columns if c.name != "call_id"]
         upsert(conn, tables["calls"], calls, keys=("call_id",), update=columns)
         for name, rows in (("breaker", breaker), ("limits", limits), ("cache", cache)):
             if rows:
                 conn.execute(insert(tables[name]), rows)
+
+
+_CHUNK = 500  # call ids per IN (...) query
+
+
+def _recorded(conn: Connection, table: Table, calls: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """The rows already recorded for these calls' ids (a call recorded again), as mappings."""
+    ids = [row["call_id"] for row in calls]
+    found: list[Any] = []
+    for i in range(0, len(ids), _CHUNK):
+        query = select(table).where(table.c.call_id.in_(ids[i : i + _CHUNK]))
+        found += [row._mapping for row in conn.execute(query)]
+    return found
 
 
 def _source(event: RecordedEvent) -> str:
