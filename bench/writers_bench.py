@@ -25,7 +25,7 @@ Equal work and durability on both sides:
 
 Rounds alternate the sides (which goes first alternates too) and the median is kept.
 
-    .venv/bin/python bench/writers_bench.py           # 7 rounds a figure
+    .venv/bin/python bench/writers_bench.py           # 5 rounds a figure
     .venv/bin/python bench/writers_bench.py --quick   # 3 rounds, smaller rounds
 
 Exit code 0 whatever the figures: it is a report, not a test.
@@ -173,10 +173,15 @@ class Side:
                     initargs=(side, url),
                 )
             )
-            warm = [
-                self.pool.submit(_job_in_process, load.events, 0.5) for _ in range(load.workers)
-            ]
-            if len({f.result() for f in warm}) != load.workers:
+            # Until every worker has opened its writer and made one job (a worker that started
+            # early can take two held jobs while another is still importing).
+            seen: set[int] = set()
+            for _ in range(10):
+                hold = [(_job_in_process, load.events, 1.0)] * load.workers
+                seen.update(f.result() for f in [self.pool.submit(*job) for job in hold])
+                if len(seen) == load.workers:
+                    break
+            else:
                 raise SystemExit(f"{side}: the warm-up did not start {load.workers} processes")
         else:
             writer = SIDES[side](url)
@@ -292,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="3 smaller rounds a figure")
     parser.add_argument("--dir", type=Path, help="where the SQLite files go (default: a temp dir)")
     args = parser.parse_args(argv)
-    rounds = 3 if args.quick else 7
+    rounds = 3 if args.quick else 5
     loads = f"{os.getloadavg()[0]:.2f}"
     started = time.perf_counter()
     lines: list[str] = []
