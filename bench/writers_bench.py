@@ -13,8 +13,9 @@ into a fresh stream per insert, sequentially).
 
 Equal work and durability on both sides:
 - the same payload: trm appends `bench.appended` events (store_bench's prediction-shaped
-  payload, which no projection subscribes to), eventsourcing stores the same JSON text as its
-  `state`, with the event type as its `topic`;
+  payload, which no projection subscribes to), eventsourcing stores the same data, as
+  `json.dumps` text (trm stores its canonical JSON, a few bytes shorter), as its `state`, with
+  the event type as its `topic`;
 - SQLite at `synchronous=FULL` on both: trm opened with `durability="full"`; eventsourcing sets
   no `synchronous` and gets SQLite's default, FULL (2) in WAL mode on this build
   (`DEFAULT_WAL_SYNCHRONOUS=2`), which the bench reads back from a connection of its pool and
