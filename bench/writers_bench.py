@@ -112,7 +112,15 @@ class EsWriter:
                 max_overflow=10,
             )
             self.recorder = PostgresApplicationRecorder(self.datastore)
-        self.recorder.create_table()
+
+    @classmethod
+    def create_tables(cls, url: str) -> None:
+        """Once per database, before any worker opens it: the recorder's `create_table`, run by
+        4 processes at once on PostgreSQL, fails with "tuple concurrently updated" (its
+        `CREATE OR REPLACE FUNCTION`). trm's `open_store` needs no such step."""
+        writer = cls(url)
+        writer.recorder.create_table()
+        writer.close()
 
     def job(self, events: int) -> None:
         stream = uuid.uuid4()
@@ -215,6 +223,7 @@ def alternate(
 
 
 def concurrent(urls: dict[str, str], load: Workload, rounds: int) -> tuple[float, float]:
+    EsWriter.create_tables(urls["eventsourcing"])
     with ExitStack() as stack:
         trm = Side(stack, "trm", urls["trm"], load)
         peer = Side(stack, "eventsourcing", urls["eventsourcing"], load)
@@ -223,6 +232,7 @@ def concurrent(urls: dict[str, str], load: Workload, rounds: int) -> tuple[float
 
 def singles(urls: dict[str, str], appends: int, rounds: int) -> tuple[float, float]:
     """Microseconds per single-event append (each into a fresh stream), one thread."""
+    EsWriter.create_tables(urls["eventsourcing"])
     with ExitStack() as stack:
         writers = {side: SIDES[side](urls[side]) for side in ("trm", "eventsourcing")}
         for writer in writers.values():
