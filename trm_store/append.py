@@ -21,7 +21,7 @@ from trm_store.driver import DriverSql, bind_processor, execute_many
 from trm_store.errors import ConcurrencyError, EventValidationError
 from trm_store.event_reuse import duplicate_id, event_ids, retried
 from trm_store.events import RecordedEvent, recorded_event
-from trm_store.log import events_by_id, heads, stream_head
+from trm_store.log import events_by_id, stream_head
 from trm_store.prepare import PreparedAppend
 from trm_store.projection_runner import ProjectionSet
 from trm_store.schema import EVENT_COLUMNS, EVENTS
@@ -60,8 +60,8 @@ class Appender:
         recorded id raises EventIdConflictError (`trm_store.event_reuse`).
         """
         try:
-            with self._backend.append_transaction() as conn:
-                return self._append_locked(conn, prepared)
+            with self._backend.append_transaction(prepared[0].stream_id) as started:
+                return self._append_locked(*started, prepared)
         except SQLAlchemyError as e:
             raise store_error(self._backend, e) from e
         except ConcurrencyError:
@@ -90,9 +90,12 @@ class Appender:
         return retried(prepared, recorded)
 
     def _append_locked(
-        self, conn: Connection, prepared: Sequence[PreparedAppend]
+        self,
+        conn: Connection,
+        previous_head: int,
+        first_version: int,
+        prepared: Sequence[PreparedAppend],
     ) -> list[RecordedEvent]:
-        previous_head, first_version = heads(conn, prepared[0].stream_id)
         position = previous_head
         versions: dict[str, int] = {prepared[0].stream_id: first_version}
         now = datetime.now(UTC)

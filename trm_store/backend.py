@@ -35,9 +35,13 @@ class Backend(Protocol):
         """A transaction that holds the store's single writer lock until it ends (on `conn`,
         a connection of the caller's own, when given)."""
 
-    def append_transaction(self) -> AbstractContextManager[Connection]:
+    def append_transaction(
+        self, stream_id: str
+    ) -> AbstractContextManager[tuple[Connection, int, int]]:
         """`write_transaction` for an append, whose statements go to the driver
-        (`trm_store.driver`): the backend may skip SQLAlchemy's own transaction bookkeeping."""
+        (`trm_store.driver`): the backend may skip SQLAlchemy's own transaction bookkeeping. It
+        yields the connection with the log's head and `stream_id`'s version, read under the
+        lock (`trm_store.log.heads`), which PostgreSQL sends with the lock in one round trip."""
 
     def rebuild_lock(self, *, wait: bool) -> AbstractContextManager[RebuildLock | None]:
         """Own the store's projection rebuilds for the block (`trm_store.rebuild_lock`): None

@@ -18,6 +18,7 @@ from trm_store.schema import EVENT_COLUMNS
 from trm_store.vocabulary import INT64_MAX
 
 __all__ = [
+    "HEADS",
     "LogBatch",
     "events_after",
     "events_by_id",
@@ -96,7 +97,7 @@ _HEAD = text("SELECT coalesce(max(position), 0) FROM events")
 _STREAM_HEAD = DriverSql("SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :s")
 
 
-_HEADS = DriverSql(
+HEADS = DriverSql(
     "SELECT (SELECT coalesce(max(position), 0) FROM events),"
     " (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :s)"
 )
@@ -107,7 +108,7 @@ def heads(conn: Connection, stream_id: str) -> tuple[int, int]:
 
     Sent straight to the driver: it runs in every append (see `trm_store.driver`).
     """
-    ((log_head, stream_version),) = fetch_all(conn, _HEADS, {"s": stream_id})
+    ((log_head, stream_version),) = fetch_all(conn, HEADS, {"s": stream_id})
     return int(log_head), int(stream_version)
 
 

@@ -20,8 +20,10 @@ from trm_store.backend import Durability
 from trm_store.driver import DriverSql, execute
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
+from trm_store.log import heads
 from trm_store.rebuild_lock import RebuildLock, file_rebuild_lock
 from trm_store.sqlite_dialect import register_dialect
+from trm_store.sqlite_writer_lock import ProcessWriterLock, process_writer_lock
 from trm_store.store_url import check_sqlite_file, sqlite_target
 from trm_store.writer_connections import IN_USE, WriterConnections
 
@@ -54,7 +56,8 @@ def _rollback(conn: Connection, dbapi_connection: DBAPIConnection) -> None:
 
 
 class AppendTransaction:
-    """`BEGIN IMMEDIATE` ... `COMMIT`, both sent on the driver, on a writer connection.
+    """`BEGIN IMMEDIATE` ... `COMMIT`, both sent on the driver, on a writer connection, under the
+    database's write lock of this process (`trm_store.sqlite_writer_lock`).
 
     SQLAlchemy's transaction begins only if the block runs a statement through it (the
     dialect's `do_begin` then finds SQLite's transaction open and adds nothing), and then ends
@@ -62,13 +65,14 @@ class AppendTransaction:
     a `contextmanager` generator: it runs for every append, where each Python call counts.
     """
 
-    __slots__ = ("_conn", "_dbapi_connection", "_in_use", "_info")
+    __slots__ = ("_conn", "_dbapi_connection", "_in_use", "_info", "_writer_lock")
     _dbapi_connection: DBAPIConnection
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, writer_lock: ProcessWriterLock) -> None:
         self._conn = conn
         self._info = info = conn.info
         self._in_use = info.get(IN_USE) or nullcontext()  # a writer connection's: see IN_USE
+        self._writer_lock = writer_lock
 
     def __enter__(self) -> Connection:
         conn, info = self._conn, self._info
@@ -76,7 +80,12 @@ class AppendTransaction:
             raise StoreError(
                 "write transactions do not nest: this thread's write transaction is still open"
             )
-        self._in_use.__enter__()
+        self._writer_lock.acquire()
+        try:
+            self._in_use.__enter__()
+        except BaseException:
+            self._writer_lock.release()
+            raise
         try:
             if conn.closed:
                 raise StoreError("the store was closed while this write began: nothing written")
@@ -89,6 +98,7 @@ class AppendTransaction:
         except BaseException:
             info[_WRITING] = False
             self._in_use.__exit__(None, None, None)
+            self._writer_lock.release()
             raise
         return conn
 
@@ -109,6 +119,32 @@ class AppendTransaction:
         finally:
             self._info[_WRITING] = False
             self._in_use.__exit__(None, None, None)
+            self._writer_lock.release()
+
+
+class HeadsRead:
+    """An `AppendTransaction` that yields the connection with the log's head and the first
+    stream's version (`trm_store.log.heads`), read once the transaction has begun."""
+
+    __slots__ = ("_stream_id", "_transaction")
+
+    def __init__(self, transaction: AppendTransaction, stream_id: str) -> None:
+        self._transaction = transaction
+        self._stream_id = stream_id
+
+    def __enter__(self) -> tuple[Connection, int, int]:
+        conn = self._transaction.__enter__()
+        try:
+            log_head, stream_version = heads(conn, self._stream_id)
+        except BaseException as e:
+            self._transaction.__exit__(type(e), e, e.__traceback__)
+            raise
+        return conn, log_head, stream_version
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: object
+    ) -> None:
+        self._transaction.__exit__(kind, error, trace)
 
 
 class SqliteBackend:
@@ -134,6 +170,7 @@ class SqliteBackend:
             json_serializer=serialize_json,
         )
         self._writers = WriterConnections(self.engine)
+        self._writer_lock = process_writer_lock(self.path, BUSY_TIMEOUT_MS / 1000)
         synchronous = "FULL" if durability == "full" else "NORMAL"
         writable = not read_only
 
@@ -155,14 +192,15 @@ class SqliteBackend:
     def write_transaction(self, conn: Connection | None = None) -> Iterator[Connection]:
         # SQLAlchemy's transaction begun at once: code that begins its own (alembic) joins it.
         self._refuse_if_read_only()
-        with AppendTransaction(conn or self._writers.current()) as conn, conn.begin():
+        transaction = AppendTransaction(conn or self._writers.current(), self._writer_lock)
+        with transaction as conn, conn.begin():
             yield conn
 
-    def append_transaction(self) -> AppendTransaction:
+    def append_transaction(self, stream_id: str) -> HeadsRead:
         """`BEGIN IMMEDIATE` ... `COMMIT` on this thread's writer connection (see
-        `AppendTransaction`)."""
+        `AppendTransaction`), the heads read first."""
         self._refuse_if_read_only()
-        return AppendTransaction(self._writers.current())
+        return HeadsRead(AppendTransaction(self._writers.current(), self._writer_lock), stream_id)
 
     def rebuild_lock(self, *, wait: bool) -> AbstractContextManager[RebuildLock | None]:
         self._refuse_if_read_only()
