@@ -41,7 +41,7 @@ class Backend(Protocol):
         """`write_transaction` for an append, whose statements go to the driver
         (`trm_store.driver`): the backend may skip SQLAlchemy's own transaction bookkeeping. It
         yields the connection with the log's head and `stream_id`'s version, read under the
-        lock (`trm_store.log.heads`), which PostgreSQL sends with the lock in one round trip."""
+        lock (`trm_store.log.heads`)."""
 
     def rebuild_lock(self, *, wait: bool) -> AbstractContextManager[RebuildLock | None]:
         """Own the store's projection rebuilds for the block (`trm_store.rebuild_lock`): None

@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError, ProgrammingError
 from trm_store.driver import DriverSql, execute
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
-from trm_store.log import HEADS
+from trm_store.log import heads
 from trm_store.postgres_read_only import guard_read_only
 from trm_store.rebuild_lock import RebuildLock, advisory_rebuild_lock
 from trm_store.wakeups import NOTIFY_APPENDED
@@ -54,27 +54,6 @@ def _lock_for_reading(conn: Connection, tables: Sequence[Table]) -> None:
             raise
 
 
-def _lock_and_read_heads(conn: Connection, stream_id: str) -> tuple[int, int]:
-    """Take the append lock (and queue the notification), then read `heads`, in one round
-    trip; errors raised as SQLAlchemy's `DBAPIError` types, as SQLAlchemy would raise them."""
-    dialect = conn.dialect
-    lock_sql, _, _ = _APPEND_LOCK_AND_NOTIFY.compiled(dialect)
-    heads_sql, bind, _ = HEADS.compiled(dialect)
-    params = bind({"s": stream_id})
-    # psycopg's Connection; psycopg itself is imported by SQLAlchemy (a SQLite store never is).
-    driver = conn.connection.driver_connection
-    assert driver is not None, "the connection was invalidated"
-    error = dialect.loaded_dbapi.Error
-    try:
-        with driver.pipeline(), driver.cursor() as lock, driver.cursor() as read:
-            lock.execute(lock_sql)
-            read.execute(heads_sql, params)
-            ((log_head, stream_version),) = read.fetchall()
-    except error as e:  # a dead connection is found by the pool's pre-ping
-        raise DBAPIError.instance(heads_sql, params, e, error, dialect=dialect) from e
-    return int(log_head), int(stream_version)
-
-
 class PostgresBackend:
     """A PostgreSQL database shared by many processes and machines."""
 
@@ -102,20 +81,14 @@ class PostgresBackend:
     @contextmanager
     def append_transaction(self, stream_id: str) -> Iterator[tuple[Connection, int, int]]:
         """`write_transaction`, which also wakes subscribers (`trm_store.wakeups`): the statement
-        that takes the lock queues the notification too; PostgreSQL delivers it at commit, and
-        never for an append that rolls back. It yields the heads read under the lock.
-
-        `BEGIN`, the lock and the heads' read go in one round trip (psycopg's pipeline mode),
-        where SQLAlchemy would send three, each waiting for the last: on a loaded machine every
-        round trip is a chance for the client or the server to lose the CPU while the store's
-        append lock is held (a `SELECT 1` took 150 us at the median and 24 ms at the 90th
-        centile, at load 13 on 2 CPUs). The read is still after the lock: the server runs a
-        pipeline's statements in order, and each takes its snapshot when it starts (READ
-        COMMITTED), so it sees every append committed before the lock was granted.
-        """
-        self._refuse_if_read_only()
-        with self._writer_slots, self.engine.connect() as conn, conn.begin():
-            yield (conn, *_lock_and_read_heads(conn, stream_id))
+        that takes the lock queues the notification too (no extra round trip); PostgreSQL
+        delivers it at commit, and never for an append that rolls back. It yields the heads
+        read under the lock. Every statement goes through SQLAlchemy's execution path (so
+        `handle_error`, echo and disconnect invalidation see them): psycopg's pipeline mode
+        would save the heads' round trip, at the price of that fence (measured and not taken:
+        bench/README.md, writers_bench)."""
+        with self._locked(_APPEND_LOCK_AND_NOTIFY) as conn:
+            yield (conn, *heads(conn, stream_id))
 
     @contextmanager
     def _locked(self, lock: DriverSql, conn: Connection | None = None) -> Iterator[Connection]:
