@@ -10,7 +10,10 @@ exactly one `call_completed` or `call_failed` event, and a `limit_changed` event
 of the limit (payloads in `trm_llm.sink`). The breaker and the retry policy's decisions read
 `clock`; the deadline (which covers waiting for a slot) is also enforced by an asyncio timeout
 around the whole call, so no server (one that drips empty events, or a token every few seconds)
-can hold a call past `deadline_s`.
+can hold a call past `deadline_s`. A cache whose reads end by themselves well within the deadline
+(a `StoredResponseCache` with an `op_timeout_s` below `deadline_s`) is read before that timeout
+is armed, and the timeout then gets what is left of `deadline_s`: a cache hit, which never
+reaches the endpoint, pays for no call-wide timer (bench/README.md, llm_bench: its cost).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import httpx
@@ -41,6 +44,7 @@ from trm_llm.protocols import ChatResult, EventSink
 from trm_llm.retry import GiveUp, RetryPolicy, Sleep, is_transient_error, retry_after_of
 from trm_llm.sanitise import clean_event, clean_usage
 from trm_llm.sse import StreamResult
+from trm_llm.stored_cache import StoredResponseCache
 from trm_llm.stream import StreamTiming
 
 __all__ = ["Governor"]
@@ -82,6 +86,12 @@ class Governor:
     clock: Callable[[], float]
     sleep: Callable[[float], Awaitable[None]]
     rand: Callable[[], float]
+    reads_within_deadline: bool = field(init=False, repr=False)
+    """`cache.get` ends by itself before `deadline_s` (see the module docstring)."""
+
+    def __post_init__(self) -> None:
+        within = _reads_end_within(self.cache, self.retry.deadline_s)
+        object.__setattr__(self, "reads_within_deadline", within)
 
     async def run(
         self,
@@ -123,7 +133,7 @@ class _Call:
         self.started = time.perf_counter()
         self.attempts: list[_Attempt] = []
         self.reported = False  # the call's one event has been sent
-        self.deadline = asyncio.timeout(governor.retry.deadline_s)
+        self.deadline: asyncio.Timeout | None = None  # armed once the call may need it
         self.last_error: Exception | None = None
         self.waiting_for_slot = False
         self.notes: list[str] = []  # what was sanitised, for the call's event
@@ -144,9 +154,11 @@ class _Call:
         try:
             result = await self._bounded()
         except Exception:
-            await self._committed(raise_error=False)  # the call's own error goes first
+            if self.receipts:
+                await self._committed(raise_error=False)  # the call's own error goes first
             raise
-        await self._committed(raise_error=True)
+        if self.receipts:  # none without a sink: nothing to wait for
+            await self._committed(raise_error=True)
         return result
 
     async def _committed(self, *, raise_error: bool) -> None:
@@ -167,12 +179,31 @@ class _Call:
 
     async def _bounded(self) -> ChatResult:
         """The governed call under one asyncio timeout of `deadline_s`: every cache operation,
-        attempt and backoff sleep, whatever the server sends."""
+        attempt and backoff sleep, whatever the server sends. A cache that bounds its own reads
+        within the deadline is read first, with no timeout armed (see the module docstring)."""
+        g = self.g
+        key = None
+        if g.cache is not None:  # bad key input raises here, before the call is under way
+            key = g.cache.build_key(
+                g.model, self.messages, self.base["cache_salt"], self.params, endpoint=g.endpoint
+            )
+        looked_up = key is not None and g.reads_within_deadline
+        if looked_up:
+            assert g.cache is not None and key is not None
+            try:
+                hit = await g.cache.get(key)
+                if hit is not None:
+                    return self._hit(hit)
+            except BaseException as exc:
+                self._unexpected(exc)
+                raise
+        left = g.retry.deadline_s - (time.perf_counter() - self.started)
+        self.deadline = deadline = asyncio.timeout(left)
         try:
-            async with self.deadline:
-                return await self._governed()
+            async with deadline:
+                return await self._governed(key, looked_up)
         except TimeoutError:
-            if not self.deadline.expired():
+            if not deadline.expired():
                 raise
             if self.answer is not None and not self.reported:  # only its cache write was cut
                 result, timing = self.answer
@@ -182,18 +213,15 @@ class _Call:
                 return self._result(result, timing)
             raise self._deadline_passed() from None
 
-    async def _governed(self) -> ChatResult:
+    async def _governed(self, key: str | None, looked_up: bool) -> ChatResult:
+        """The call after the cache lookup, or with it if `looked_up` is False."""
         g = self.g
-        key = None
-        if g.cache is not None:  # bad key input raises here, before the call is under way
-            key = g.cache.build_key(
-                g.model, self.messages, self.base["cache_salt"], self.params, endpoint=g.endpoint
-            )
         body = {"model": g.model, "messages": list(self.messages), **self.params, "stream": True}
         try:
-            hit = None if g.cache is None or key is None else await g.cache.get(key)
-            if hit is not None:
-                return self._hit(hit)
+            if g.cache is not None and key is not None and not looked_up:
+                hit = await g.cache.get(key)
+                if hit is not None:
+                    return self._hit(hit)
             start_clock = g.clock()
             while True:
                 slot = await self._slot()
@@ -240,18 +268,26 @@ class _Call:
                     success = g.breaker.arecord_success
                     self._breaker_event(await success(g.source, now=g.clock(), admission=admission))
                 return await self._complete(result, timing, key)
-        except BaseException as exc:  # cancelled, or a bug: still exactly one event per call
-            scrub_exception(exc, g.redact)
-            if not self.reported and not self.deadline.expired():  # run() reports a deadline
-                cancelled = not isinstance(exc, Exception)
-                error = "cancelled" if cancelled else "unexpected"
-                reason = error if cancelled else type(exc).__name__
-                self._fail(error, reason, None, g.redact(str(exc)))
-            if isinstance(exc, Exception) and not isinstance(exc, LLMError):
-                # chat() raises LLMErrors only: whatever a cache, a sink or a bug threw.
-                detail = g.redact(_describe(exc))[:300]
-                raise FatalLLMError(f"unexpected {type(exc).__name__}: {detail}") from exc
+        except BaseException as exc:
+            self._unexpected(exc)
             raise
+
+    def _unexpected(self, exc: BaseException) -> None:
+        """Cancelled, or a bug: still exactly one event per call. Raises the `FatalLLMError`
+        that stands for `exc` unless it is an `LLMError` or a cancellation (the caller then
+        re-raises `exc`)."""
+        g = self.g
+        scrub_exception(exc, g.redact)
+        deadline_passed = self.deadline is not None and self.deadline.expired()
+        if not self.reported and not deadline_passed:  # run() reports a deadline
+            cancelled = not isinstance(exc, Exception)
+            error = "cancelled" if cancelled else "unexpected"
+            reason = error if cancelled else type(exc).__name__
+            self._fail(error, reason, None, g.redact(str(exc)))
+        if isinstance(exc, Exception) and not isinstance(exc, LLMError):
+            # chat() raises LLMErrors only: whatever a cache, a sink or a bug threw.
+            detail = g.redact(_describe(exc))[:300]
+            raise FatalLLMError(f"unexpected {type(exc).__name__}: {detail}") from exc
 
     async def _admit(self) -> Admission:
         breaker = self.g.breaker
@@ -465,6 +501,14 @@ class _Call:
                 "call_id": self.call_id,
             },
         )
+
+
+def _reads_end_within(cache: ResponseCache | None, deadline_s: float) -> bool:
+    """True if every `cache.get` ends by itself before `deadline_s`: the shared `get` of a
+    `StoredResponseCache` (not overridden), bounded by an `op_timeout_s` below the deadline."""
+    if not isinstance(cache, StoredResponseCache) or type(cache).get is not StoredResponseCache.get:
+        return False
+    return cache.op_timeout_s is not None and cache.op_timeout_s < deadline_s
 
 
 def _reason(exc: BaseException) -> str:

@@ -101,8 +101,9 @@ class RedisResponseCache(StoredResponseCache):
         return f"{self._namespace}:{check_key(key)}"
 
     async def _read(self, key: str) -> str | bytes | None:
-        raw: str | bytes | None = await self._redis.get(self.redis_key(key))
+        # `get` has checked the key: it is not checked twice
+        raw: str | bytes | None = await self._redis.get(f"{self._namespace}:{key}")
         return raw
 
     async def _write(self, key: str, payload: str) -> None:
-        await self._redis.set(self.redis_key(key), payload, ex=self._ttl_s)
+        await self._redis.set(f"{self._namespace}:{key}", payload, ex=self._ttl_s)  # as _read

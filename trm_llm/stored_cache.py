@@ -61,6 +61,11 @@ class StoredResponseCache(ResponseCache):
         return self._ttl_s
 
     @property
+    def op_timeout_s(self) -> float | None:
+        """The bound (seconds) of one storage operation; None: unbounded."""
+        return self._op_timeout_s
+
+    @property
     def namespace(self) -> str:
         """The namespace every entry of this cache is stored under."""
         return self._namespace

@@ -16,6 +16,7 @@ import pytest
 
 from trm_llm import RetriesExhausted, RetryPolicy, SseAnomaly
 from trm_llm.simulated_server import Reply, SimulatedServer, normal, sse, status
+from trm_llm.stored_cache import StoredResponseCache
 
 from .conftest import USER, ClientFactory, ListSink
 
@@ -143,3 +144,44 @@ async def test_a_complete_answer_whose_cache_write_outlives_the_deadline_is_retu
     [completed] = sink.of("call_completed")
     assert completed["cache_write"] == "failed"
     assert sink.of("call_failed") == []
+
+
+def slow_reads(read_s: float, op_timeout_s: float | None) -> StoredResponseCache:
+    """A `StoredResponseCache` whose every read takes `read_s` (its writes are instant)."""
+
+    class SlowReads(StoredResponseCache):
+        backend = "slow"
+        storage_errors = (OSError,)
+
+        async def _read(self, key: str) -> str | bytes | None:
+            await asyncio.sleep(read_s)
+            return None
+
+        async def _write(self, key: str, payload: str) -> None:
+            return None
+
+    return SlowReads(ttl_s=60, namespace="slow", sink=None, op_timeout_s=op_timeout_s)
+
+
+@pytest.mark.parametrize("op_timeout_s", [None, 5.0], ids=["unbounded", "bound_past_deadline"])
+async def test_the_deadline_cuts_a_cache_read_the_cache_does_not_bound_within_it(
+    server: SimulatedServer, make_client: ClientFactory, sink: ListSink, op_timeout_s: float | None
+) -> None:
+    client = make_client(cache=slow_reads(30.0, op_timeout_s), retry=RetryPolicy(deadline_s=1.0))
+    error, elapsed = await _timed_failure(client.chat(USER))
+    assert error.why == "deadline" and elapsed < 1.0 + 1.0  # type: ignore[attr-defined]
+    assert [e["reason"] for e in sink.of("call_failed")] == ["deadline"]
+
+
+async def test_a_cache_read_bounded_within_the_deadline_leaves_the_call_the_rest_of_it(
+    server: SimulatedServer, make_client: ClientFactory, sink: ListSink
+) -> None:
+    """The read (its own timeout: 0.5 s of the 1.5 s) runs before the call's timeout is armed;
+    a miss then leaves the call what is left of the deadline, not a fresh one."""
+    server.default = drip(TOKEN)
+    client = make_client(cache=slow_reads(30.0, 0.5), retry=RetryPolicy(deadline_s=1.5))
+    error, elapsed = await _timed_failure(client.chat(USER))
+    assert error.why == "deadline"  # type: ignore[attr-defined]
+    assert 1.5 - 0.1 < elapsed < 1.5 + 0.35  # a fresh 1.5 s after the read: 2.0 s
+    [failed] = sink.of("call_failed")
+    assert failed["reason"] == "deadline" and failed["cache"] == "miss"
