@@ -313,12 +313,16 @@ class RawRuns:
         )
         self.version = f"UPDATE {r} SET version = ? WHERE run_id = ?"
         again = ("status", "finished_at", "config", "host", "pid", "reason", "error")
-        self.register = (  # one upsert: a resumed run keeps its started_at
+        self.register = (  # one upsert: a resumed run keeps its started_at and its count
             f"INSERT INTO {r} (run_id, status, started_at, finished_at, config, host, pid, reason,"
-            " error, last_event_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT"
-            f" (run_id) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in again)}, "
+            " error, last_event_at, version, predictions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+            f" ?) ON CONFLICT (run_id) DO UPDATE SET"
+            f" {', '.join(f'{c} = excluded.{c}' for c in again)}, "
             "last_event_at = excluded.last_event_at, version = excluded.version"
         )
+        self.counted = f"SELECT count(*) FROM {p} WHERE run_id = ?"
+        self.seen = f"SELECT count(*) FROM {p} WHERE run_id = ? AND question_id IN "
+        self.count_new = f"UPDATE {r} SET predictions = predictions + ? WHERE run_id = ?"
         self.complete = (
             f"UPDATE {r} SET status = ?, finished_at = ?, last_event_at = ?, version = ? "
             "WHERE run_id = ?"
@@ -349,7 +353,8 @@ class RawRuns:
                     d["question_id"],
                     e.version,
                     d["unit_id"],
-                    dumps(d["prediction"], self.canonical),
+                    # JsonColumn stores None as SQL NULL, not the JSON text 'null'
+                    None if d["prediction"] is None else dumps(d["prediction"], self.canonical),
                     d["correct"],
                     d["stop_reason"],
                     dumps(d["fields"], self.canonical),
@@ -360,16 +365,34 @@ class RawRuns:
                 at = sql_time(e.recorded_at)
                 host, pid = d["host"], d["pid"]
                 row = (run_id, "running", started, None, config, host, pid, None, None, at)
-                conn.execute(self.register, (*row, e.version))
+                (earlier,) = conn.execute(self.counted, (run_id,)).fetchone()
+                conn.execute(self.register, (*row, e.version, earlier))
             elif e.type == COMPLETED:
                 finished = sql_time(datetime.fromisoformat(d["finished_at"]))
                 at = sql_time(e.recorded_at)
                 conn.execute(self.complete, ("completed", finished, at, e.version, run_id))
             else:
                 raise AssertionError(f"the bench log has no {e.type} events")
+        self._count_new(conn, list(rows))
         if rows:
             conn.executemany(self.upsert, list(rows.values()))
         conn.executemany(self.version, [(v, r) for r, v in versions.items()])
+
+
+    def _count_new(self, conn: sqlite3.Connection, keys: Sequence[tuple[str, str]]) -> None:
+        """Each run's count grows by the questions of the batch it had not predicted yet: the
+        same primary-key reads, 500 ids a query, and update as the projection's."""
+        asked: dict[str, list[str]] = {}
+        for run_id, question_id in keys:
+            asked.setdefault(run_id, []).append(question_id)
+        for run_id, questions in asked.items():
+            seen = 0
+            for i in range(0, len(questions), 500):
+                chunk = questions[i : i + 500]
+                marks = f"({', '.join('?' * len(chunk))})"
+                seen += conn.execute(self.seen + marks, (run_id, *chunk)).fetchone()[0]
+            if len(questions) > seen:
+                conn.execute(self.count_new, (len(questions) - seen, run_id))
 
 
 def raw_rebuild(path: Path, canonical: bool) -> int:
