@@ -378,7 +378,6 @@ class RawRuns:
             conn.executemany(self.upsert, list(rows.values()))
         conn.executemany(self.version, [(v, r) for r, v in versions.items()])
 
-
     def _count_new(self, conn: sqlite3.Connection, keys: Sequence[tuple[str, str]]) -> None:
         """Each run's count grows by the questions of the batch it had not predicted yet: the
         same primary-key reads, 500 ids a query, and update as the projection's."""
