@@ -67,9 +67,10 @@ class GateSettings(BaseSettings):
     )
     @classmethod
     def _no_bool(cls, value: object) -> object:
-        """`true` in a file is not a number (pydantic would read it as 1)."""
+        """`true` in a file is not a number (pydantic would read it as 1). A GateInputError is a
+        ValueError, which pydantic reports with the field (then a GateSettingsError)."""
         if isinstance(value, bool):
-            raise ValueError(f"must be a number, got {value!r}")
+            raise GateInputError(f"must be a number, got {value!r}")
         return value
 
     def __init__(self, **values: Any) -> None:
