@@ -104,7 +104,13 @@ def _diagnose(
 
 
 def _items(tmp_path: Path, count: int) -> Path:
-    items = [{"question_id": f"q{i}", "hint": "[[say:correct]]"} for i in range(count)]
+    # Each prompt its own (the default template shows every field but the id): with identical
+    # prompts a later item could hit the cache entry an earlier one of the same run wrote,
+    # whenever the calls happened not to overlap.
+    items = [
+        {"question_id": f"q{i}", "question": f"item {i}", "hint": "[[say:correct]]"}
+        for i in range(count)
+    ]
     return write_items(tmp_path / "items.jsonl", items)
 
 
