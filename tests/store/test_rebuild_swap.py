@@ -184,6 +184,7 @@ def test_driver_writes_store_values_as_sqlalchemy_does(store_url: str) -> None:
         "error": None,
         "version": 1,
         "last_event_at": started,
+        "predictions": 0,
     }
     prediction = {
         "run_id": "r",
