@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tests.store.test_llm_calls import attempt, completed, failed
 from trm_llm.sink import StoreEventSink
-from trm_store import DomainInputError, open_store
+from trm_store import DomainInputError, NewEvent, open_store
 from trm_store.domain.errors import UnknownLLMSourceError
 from trm_store.domain.llm_calls import llm_stats, percentile
 
@@ -242,3 +242,25 @@ def test_store_is_not_written_by_the_query(sqlite_url: str) -> None:
         head = store.head_position()
         assert llm_stats(store)["gpt"]["calls"] == 1
         assert store.head_position() == head
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_totals_kept_batch_by_batch_equal_a_rebuild(sqlite_url: str, data: st.DataObject) -> None:
+    # Batches of up to 20 calls (the projection looks their ids up in padded IN lists of 1 to
+    # 32) whose ids repeat within a batch and across batches: each recorded again replaces
+    # its row, and the running totals must equal the ones a rebuild counts from scratch.
+    fresh = sqlite_url.removesuffix(".db") + f"-{uuid.uuid4().hex}.db"
+    with open_store(fresh) as store:
+        for _ in range(data.draw(st.integers(1, 6))):
+            batch = []
+            for n in range(data.draw(st.integers(1, 20))):
+                event_type, payload = data.draw(a_call(n))
+                payload = {**payload, "call_id": f"c{data.draw(st.integers(0, 24))}"}
+                batch.append(NewEvent(f"llm.{event_type}", payload))
+            store.append_batch([("llm:a", batch, None)])
+        kept = llm_stats(store)
+        store.rebuild_projections("llm_calls")
+        assert llm_stats(store) == kept

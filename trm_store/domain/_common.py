@@ -150,14 +150,18 @@ def upsert(
     rows: Sequence[Mapping[str, Any]],
     keys: Sequence[str],
     update: Sequence[str],
+    *,
+    add: bool = False,
 ) -> None:
     """Insert `rows` (one executemany), replacing the `update` columns of rows whose `keys`
-    exist; within `rows` the last row per key wins. Every row has the columns of the first."""
+    exist (`add`: adding the new values to the stored ones instead, for running totals); within
+    `rows` the last row per key wins. Every row has the columns of the first."""
     if not rows:
         return
     key_of = itemgetter(*keys)
     last = {key_of(r): r for r in rows}
-    statement = _statement(conn.dialect, table, tuple(rows[0]), tuple(keys), tuple(update))
+    upsert = (tuple(update), add)
+    statement = _statement(conn.dialect, table, tuple(rows[0]), tuple(keys), upsert)
     execute_many(conn, statement.sql, [statement.bind(r) for r in last.values()])
 
 
@@ -206,10 +210,11 @@ def _statement(
     table: Table,
     columns: tuple[str, ...],
     keys: tuple[str, ...],
-    upsert: tuple[str, ...] | None,
+    upsert: tuple[tuple[str, ...], bool] | None,
 ) -> _Statement:
-    """The upsert of `columns` replacing `upsert` on a conflict of `keys` (or, for None, the
-    update of the other columns where `keys` match), built by SQLAlchemy and kept in the
+    """The upsert of `columns` replacing (or, flagged, adding to) the columns of `upsert` on a
+    conflict of `keys` (or, for None, the update of the other columns where `keys` match),
+    built by SQLAlchemy and kept in the
     table's `info`: a scratch table's statements go with it. Kept per driver, not per engine:
     every engine of a store serialises JSON with `serialize_json`."""
     cache: dict[tuple[object, ...], _Statement] = table.info.setdefault("trm_statements", {})
@@ -225,10 +230,12 @@ def _statement(
         where = and_(*(table.c[k] == bindparam(k) for k in keys))
         statement = update(table).where(where).values(values)
     else:
+        replaced, add = upsert
         insert = _INSERTS[dialect.name](table).values(values)
+        new = insert.excluded
         statement = insert.on_conflict_do_update(
             index_elements=[table.c[k] for k in keys],
-            set_={c: insert.excluded[c] for c in upsert},
+            set_={c: table.c[c] + new[c] if add else new[c] for c in replaced},
         )
     processors = tuple(
         (c, process) for c in columns if (process := bind_processor(table.c[c], dialect))

@@ -33,6 +33,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    bindparam,
     insert,
     select,
 )
@@ -48,6 +49,7 @@ from trm_store.domain.llm_calls.models import (
     STREAM,
 )
 from trm_store.domain.llm_calls.totals import define_totals, update_totals
+from trm_store.driver import DriverSql, fetch_all
 from trm_store.events import RecordedEvent
 from trm_store.projections import Projection, register_projection
 from trm_store.schema import JsonColumn
@@ -180,17 +182,38 @@ class LLMCallsProjection(Projection):
                 conn.execute(insert(tables[name]), rows)
 
 
-_CHUNK = 500  # call ids per IN (...) query
+_CHUNK = 512  # call ids per IN (...) query
 
 
 def _recorded(conn: Connection, table: Table, calls: Sequence[Mapping[str, Any]]) -> list[Any]:
-    """The rows already recorded for these calls' ids (a call recorded again), as mappings."""
+    """The rows already recorded for these calls' ids (a call recorded again), as mappings.
+
+    Almost every call is new, so the ids are first looked up alone on the driver (`_seen`):
+    only the few found are read through SQLAlchemy, whose result types (JSON, booleans) the
+    totals need.
+    """
     ids = [row["call_id"] for row in calls]
+    seen = [i for k in range(0, len(ids), _CHUNK) for i in _seen(conn, table, ids[k : k + _CHUNK])]
     found: list[Any] = []
-    for i in range(0, len(ids), _CHUNK):
-        query = select(table).where(table.c.call_id.in_(ids[i : i + _CHUNK]))
+    for k in range(0, len(seen), _CHUNK):
+        query = select(table).where(table.c.call_id.in_(seen[k : k + _CHUNK]))
         found += [row._mapping for row in conn.execute(query)]
     return found
+
+
+def _seen(conn: Connection, table: Table, ids: Sequence[str]) -> list[str]:
+    """Which of (at most `_CHUNK`) `ids` have a row. The IN list is padded to a power of two
+    with its last id, so a few statements, each compiled once, serve every batch size."""
+    size = 1 << (len(ids) - 1).bit_length()
+    statements: dict[int, DriverSql] = table.info.setdefault("trm_seen", {})
+    statement = statements.get(size)
+    if statement is None:
+        names = [bindparam(f"i{k}") for k in range(size)]
+        statement = statements[size] = DriverSql(
+            select(table.c.call_id).where(table.c.call_id.in_(names))
+        )
+    padded = [*ids, *[ids[-1]] * (size - len(ids))]
+    return [i for (i,) in fetch_all(conn, statement, {f"i{k}": v for k, v in enumerate(padded)})]
 
 
 def _source(event: RecordedEvent) -> str:

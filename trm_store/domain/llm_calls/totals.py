@@ -27,12 +27,10 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    and_,
     delete,
-    insert,
-    select,
-    update,
 )
+
+from trm_store.domain._common import upsert
 
 __all__ = [
     "BOUNDS",
@@ -198,36 +196,22 @@ def update_totals(
             for (kind, name), n in call_names(row).items():
                 names[row["source"], kind, name_key(name)] += sign * n
     totals, counts = tables["totals"], tables["counts"]
-    for (source, salt), delta in sums.items():
-        _add(conn, totals, {"source": source, "salt_key": salt}, dict(delta), salts[source, salt])
-    for (source, kind, name), n in names.items():
-        if n:
-            _add(conn, counts, {"source": source, "kind": kind, "name_key": name}, {"n": n})
+    total_rows = [
+        {"source": source, "salt_key": salt, "cache_salt": salts[source, salt]}
+        | {name: delta[name] for name in COUNTERS}
+        for (source, salt), delta in sums.items()
+    ]
+    upsert(conn, totals, total_rows, keys=_TOTALS_KEY, update=COUNTERS, add=True)
+    count_rows = [
+        {"source": source, "kind": kind, "name_key": name, "n": n}
+        for (source, kind, name), n in names.items()
+        if n
+    ]
+    upsert(conn, counts, count_rows, keys=_COUNTS_KEY, update=("n",), add=True)
     if old:  # a replaced call may leave a total at zero: gone, as a rebuild would not make it
         conn.execute(delete(totals).where(totals.c.calls == 0))
         conn.execute(delete(counts).where(counts.c.n == 0))
 
 
-def _add(
-    conn: Connection,
-    table: Table,
-    key: Mapping[str, str],
-    delta: Mapping[str, int],
-    salt: str | None = None,
-) -> None:
-    """Add `delta` to the row of `key`, inserting it if there is none (appends are serialised,
-    so no other writer inserts it in between)."""
-    where = and_(*(table.c[k] == v for k, v in key.items()))
-    values = {name: table.c[name] + value for name, value in delta.items() if value}
-    if values and conn.execute(update(table).where(where).values(values)).rowcount:
-        return
-    if not values and conn.execute(select(table.c[next(iter(key))]).where(where)).first():
-        return
-    row: dict[str, Any] = {**key, **{name: delta.get(name, 0) for name in _counters(table)}}
-    if "cache_salt" in table.c:
-        row["cache_salt"] = salt
-    conn.execute(insert(table), row)
-
-
-def _counters(table: Table) -> list[str]:
-    return [c.name for c in table.columns if isinstance(c.type, BigInteger)]
+_TOTALS_KEY = ("source", "salt_key")
+_COUNTS_KEY = ("source", "kind", "name_key")
