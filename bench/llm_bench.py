@@ -8,8 +8,10 @@
    connection goes back to the pool; "plain-break" stops at [DONE], which makes httpx drop the
    connection (a new TCP connection per call). The governed client runs without a sink, and
    with `StoreEventSink` on SQLite (durability normal, and full: fsync per commit) and on
-   PostgreSQL (127.0.0.1, database test, a fresh schema), where each `chat()` returns once its
-   event is committed (checked at the end: every call is in its store). Each side also reports
+   PostgreSQL (127.0.0.1, database test, a fresh schema), each with its store work in a writer
+   thread of this process (`StoreEventSink(store)`) and in a child process
+   (`StoreEventSink.in_child_process(url)`), where each `chat()` returns once its event is
+   committed (checked at the end: every call is in its store). Each side also reports
    the event loop's worst lag in a round (a 1 ms ticker's longest overshoot), median over the
    rounds. Targets: governed (alone, and + sink on every backend) / plain <= 1.15 wall; the
    loop's worst lag with a sink within 10 ms of the governed client's without one.
@@ -33,7 +35,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -44,6 +46,7 @@ from redis.exceptions import RedisError
 
 from trm_llm import GovernedLLMClient, RedisResponseCache, StoreEventSink
 from trm_llm.cache import CachedResponse
+from trm_llm.sink_process import Durability
 from trm_store import Store, open_store
 
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -134,36 +137,62 @@ def pg_schema_url() -> Iterator[str | None]:
         admin.dispose()
 
 
-def sink_stores(stack: ExitStack, workdir: Path) -> dict[str, Store]:
-    """One store per sink side: SQLite normal, SQLite full, PostgreSQL (if reachable)."""
-    stores = {
-        "sink-sqlite-normal": open_store(f"sqlite:///{workdir / 'normal.db'}"),
-        "sink-sqlite-full": open_store(f"sqlite:///{workdir / 'full.db'}", durability="full"),
-    }
-    pg = stack.enter_context(pg_schema_url())
-    if pg is not None:
-        stores["sink-postgresql"] = open_store(pg)
-    for store in stores.values():
-        stack.callback(store.close)
-    return stores
+BACKENDS = (
+    ("sqlite-normal", "SQLite normal"),
+    ("sqlite-full", "SQLite full"),
+    ("postgresql", "PostgreSQL"),
+)
+WRITERS = (("thread", "thread writer"), ("child", "child-process writer"))
+
+
+def sink_sides(
+    stack: ExitStack, workdir: Path, writers: Sequence[str]
+) -> tuple[dict[str, StoreEventSink], dict[str, Store]]:
+    """One sink per writer and backend, each on a store of its own: SQLite normal, SQLite full,
+    PostgreSQL (a fresh schema; skipped if unreachable). The thread writer appends through a
+    store opened here; the child-process writer's child opens its own (`in_child_process`). The
+    stores opened here are also how the bench counts what each side committed."""
+    sinks: dict[str, StoreEventSink] = {}
+    stores: dict[str, Store] = {}
+    for writer in writers:
+        locations: dict[str, tuple[str, Durability]] = {
+            "sqlite-normal": (f"sqlite:///{workdir / f'{writer}-normal.db'}", "normal"),
+            "sqlite-full": (f"sqlite:///{workdir / f'{writer}-full.db'}", "full"),
+        }
+        pg = stack.enter_context(pg_schema_url())
+        if pg is not None:
+            locations["postgresql"] = (pg, "normal")
+        for backend, (url, durability) in locations.items():
+            name = f"sink-{writer}-{backend}"
+            store = stores[name] = open_store(url, durability=durability)
+            stack.callback(store.close)
+            sinks[name] = (
+                StoreEventSink(store)
+                if writer == "thread"
+                else StoreEventSink.in_child_process(url, durability=durability)
+            )
+    return sinks, stores
 
 
 SIDES = (
     ("plain", "plain httpx+httpx-sse, to EOF"),
     ("plain-break", "plain, stop at [DONE]"),
     ("governed", "GovernedLLMClient"),
-    ("sink-sqlite-normal", "+ sink, SQLite normal"),
-    ("sink-sqlite-full", "+ sink, SQLite full"),
-    ("sink-postgresql", "+ sink, PostgreSQL"),
+    *(
+        (f"sink-{writer}-{backend}", f"+ sink, {label}, {writer_label}")
+        for writer, writer_label in WRITERS
+        for backend, label in BACKENDS
+    ),
 )
 
 
-async def streaming(base_url: str, n: int, tokens: int, concurrency: int, rounds: int) -> None:
+async def streaming(
+    base_url: str, n: int, tokens: int, concurrency: int, rounds: int, writers: Sequence[str]
+) -> None:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     timeout = httpx.Timeout(30.0, read=None)
     with ExitStack() as stack, tempfile.TemporaryDirectory() as workdir:
-        stores = sink_stores(stack, Path(workdir))
-        sinks = {name: StoreEventSink(store) for name, store in stores.items()}
+        sinks, stores = sink_sides(stack, Path(workdir), writers)
         # one pool per side, as separate users would have
         pools = {name: httpx.AsyncClient(limits=limits, timeout=timeout) for name, _ in SIDES}
         url = f"{base_url}/chat/completions"
@@ -210,7 +239,7 @@ async def streaming(base_url: str, n: int, tokens: int, concurrency: int, rounds
     for name, label in SIDES:
         if name in wall_m:
             print(
-                f"  {label:30s} wall {wall_m[name]:7.3f} s ({n / wall_m[name]:6.1f} calls/s)"
+                f"  {label:48s} wall {wall_m[name]:7.3f} s ({n / wall_m[name]:6.1f} calls/s)"
                 f"  client CPU {cpu_m[name]:7.3f} s"
                 f"  loop lag {lag_m[name]:6.1f} ms (max {lag_max[name]:6.1f})"
             )
@@ -218,12 +247,12 @@ async def streaming(base_url: str, n: int, tokens: int, concurrency: int, rounds
         for ref in ("plain", "plain-break"):
             target = "   (target <= 1.15)" if ref == "plain" else ""
             print(
-                f"  {name:18s} / {ref:12s} wall {wall_m[name] / wall_m[ref]:.3f}"
+                f"  {name:32s} / {ref:12s} wall {wall_m[name] / wall_m[ref]:.3f}"
                 f"  client CPU {cpu_m[name] / cpu_m[ref]:.3f}{target}"
             )
     for name in sinks:
         extra = lag_m[name] - lag_m["governed"]
-        print(f"  {name:18s} loop lag - governed's: {extra:+.1f} ms   (target <= +10 ms)")
+        print(f"  {name:32s} loop lag - governed's: {extra:+.1f} ms   (target <= +10 ms)")
 
 
 async def per_call_us(n: int, call: Callable[[], Awaitable[object]]) -> tuple[float, float]:
@@ -296,7 +325,15 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--cache-reads", type=int, default=2000)
+    parser.add_argument(
+        "--writers",
+        default="thread,child",
+        help="the sink writers to measure, comma-separated: thread, child (default: both)",
+    )
     args = parser.parse_args()
+    writers = [w for w in args.writers.split(",") if w]
+    if not set(writers) <= {name for name, _ in WRITERS}:
+        parser.error(f"--writers: choose from thread, child, not {args.writers!r}")
     server = subprocess.Popen(
         [sys.executable, "-m", "trm_llm.simulated_server", "--tokens", str(args.tokens)],
         stdout=subprocess.PIPE,
@@ -305,7 +342,9 @@ def main() -> None:
     try:
         assert server.stdout is not None
         base_url = server.stdout.readline().strip()
-        asyncio.run(streaming(base_url, args.n, args.tokens, args.concurrency, args.rounds))
+        asyncio.run(
+            streaming(base_url, args.n, args.tokens, args.concurrency, args.rounds, writers)
+        )
         print()
         asyncio.run(cache_hit(base_url, args.cache_reads, args.rounds))
     finally:

@@ -76,6 +76,7 @@ No payload ever holds the API key or a request header.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -85,6 +86,7 @@ from trm_llm.errors import EventSinkError
 from trm_llm.group_commit import GroupCommitter
 
 if TYPE_CHECKING:
+    from trm_llm.sink_process import ChildWriter, Durability
     from trm_store import NewEvent, Store
 
 __all__ = ["StoreEventSink"]
@@ -105,7 +107,13 @@ class StoreEventSink(AsyncClosing):
         max_batch: int = 512,
         linger_s: float = 0.002,
     ) -> None:
+        self._setup(store, max_pending, max_batch, linger_s)
+
+    def _setup(
+        self, store: Store | None, max_pending: int, max_batch: int, linger_s: float
+    ) -> None:
         self._store = store
+        self._child: ChildWriter | None = None
         self._writer: GroupCommitter[_Event] = GroupCommitter(
             self._write,
             max_pending=max_pending,
@@ -114,48 +122,96 @@ class StoreEventSink(AsyncClosing):
             name="trm-llm-sink",
         )
 
+    @classmethod
+    def in_child_process(
+        cls,
+        url: str | None = None,
+        *,
+        durability: Durability = "normal",
+        max_pending: int = 4096,
+        max_batch: int = 512,
+        linger_s: float = 0.002,
+    ) -> StoreEventSink:
+        """The same sink, its store work done by a child process that opens the store as
+        `open_store(url, durability=durability)` would (`trm_llm.sink_process`): the client's
+        process only ships each batch, so the store never takes the event loop's GIL. Blocks
+        until the child has opened the store (about a second) and raises the store's error if
+        it could not. Every registered projection of trm's domain is kept, as `open_store` keeps
+        them; a projection registered only in this process is not (use the thread writer)."""
+        from trm_llm.sink_process import ChildWriter
+
+        sink = cls.__new__(cls)
+        sink._setup(None, max_pending, max_batch, linger_s)  # checks the arguments first
+        sink._child = ChildWriter(url, durability)
+        return sink
+
     def emit(self, source: str, event_type: str, data: Mapping[str, Any]) -> Awaitable[None] | None:
         """Queue the event. On an event loop: returns at once, with an awaitable that completes
         when it is committed (or raises `EventSinkError`). Elsewhere: returns once committed, or
-        raises the store's error (`EventValidationError`, `StoreError`) as `append` would."""
-        from trm_store import NewEvent
+        raises the store's error (`EventValidationError`, `StoreError`) as `append` would (an
+        `EventSinkError` if the child process writing them died)."""
+        from trm_store import NewEvent, StoreError
 
         receipt = self._writer.submit((f"llm:{source}", NewEvent(f"llm.{event_type}", dict(data))))
         if isinstance(receipt, Awaitable):
             return receipt
         error = receipt.exception()
-        if error is not None:  # outside a loop the store's own typed error, as from an append
-            raise error.__cause__ or error
-        return None
+        if error is None:
+            return None
+        if isinstance(error.__cause__, StoreError):  # the store's own typed error, as from append
+            raise error.__cause__
+        raise error
 
     async def flush(self) -> None:
         """Wait until every event emitted so far is committed or has failed."""
         await self._writer.flush()
 
     def close(self) -> None:
-        """Flush and stop the writer thread (blocking: for threads and scripts)."""
+        """Flush and stop the writer thread, and the child process if there is one (blocking:
+        for threads and scripts)."""
         self._writer.close()
+        if self._child is not None:
+            self._child.close()
 
     async def aclose(self) -> None:
-        """Flush and stop the writer thread without blocking the loop."""
-        await self._writer.aclose()
+        """`close()` without blocking the loop."""
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
 
     def _write(self, events: Sequence[_Event]) -> list[BaseException | None]:
-        """One transaction for the batch; if the store refuses an event, one per event."""
-        from trm_store import EventValidationError
+        if self._child is not None:
+            return _sink_errors(events, self._child.write(events))
+        assert self._store is not None
+        return _sink_errors(events, append_events(self._store, events))
 
-        by_stream: dict[str, list[NewEvent]] = {}
-        for stream, event in events:
-            by_stream.setdefault(stream, []).append(event)
-        try:
-            self._store.append_batch([(s, evs, None) for s, evs in by_stream.items()])
-        except EventValidationError as exc:
-            if len(events) == 1:
-                return [_failed(events[0], exc)]
-            return [self._write([event])[0] for event in events]
-        except Exception as exc:
-            return [_failed(event, exc) for event in events]
-        return [None] * len(events)
+
+def append_events(store: Store, events: Sequence[_Event]) -> list[Exception | None]:
+    """One transaction for the batch; if the store refuses an event, one per event. Each
+    event's store error (None: committed). The thread writer and the child process both
+    write with it."""
+    from trm_store import EventValidationError
+
+    by_stream: dict[str, list[NewEvent]] = {}
+    for stream, event in events:
+        by_stream.setdefault(stream, []).append(event)
+    try:
+        store.append_batch([(s, evs, None) for s, evs in by_stream.items()])
+    except EventValidationError as exc:
+        if len(events) == 1:
+            return [exc]
+        return [append_events(store, [event])[0] for event in events]
+    except Exception as exc:
+        return [exc] * len(events)
+    return [None] * len(events)
+
+
+def _sink_errors(
+    events: Sequence[_Event], causes: Sequence[Exception | None]
+) -> list[BaseException | None]:
+    """Each store error as the sink's typed error (logged here, in the client's process)."""
+    return [
+        None if cause is None else _failed(e, cause)
+        for e, cause in zip(events, causes, strict=True)
+    ]
 
 
 def _failed(event: _Event, cause: Exception) -> EventSinkError:

@@ -122,7 +122,7 @@ def _run_job(
 
     console = Console(stderr=True)
     with open_store(args.db) as store:
-        sink, start = StoreEventSink(store), store.head_position()
+        sink, start = StoreEventSink.in_child_process(args.db), store.head_position()
         with progress_bar(console, transient=args.json) as progress, closing(sink):
             task = progress.add_task(f"diagnosing {args.run_id}", total=None)
 

@@ -208,7 +208,7 @@ def _seen(conn: Connection, table: Table, ids: Sequence[str]) -> list[str]:
     statements: dict[int, DriverSql] = table.info.setdefault("trm_seen", {})
     statement = statements.get(size)
     if statement is None:
-        names = [bindparam(f"i{k}") for k in range(size)]
+        names = [bindparam(f"i{k}", type_=table.c.call_id.type) for k in range(size)]
         statement = statements[size] = DriverSql(
             select(table.c.call_id).where(table.c.call_id.in_(names))
         )
