@@ -13,7 +13,9 @@ The queue is bounded: a producer outside an event loop blocks while `max_pending
 producer on an event loop is never blocked; its receipt is its backpressure (the governed client
 returns from `chat()` only once its events are written, so callers go at the writer's pace).
 `flush()` waits for everything submitted before it; `close()` / `aclose()` flush and stop the
-thread. A process that exits without closing flushes at exit.
+thread. A process that exits without closing flushes at exit. A committer belongs to the
+process that made it: in a forked copy `submit` raises `EventSinkError` (instead of waiting
+for a thread that was not forked).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import atexit
 import collections
 import concurrent.futures
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -70,9 +73,14 @@ class GroupCommitter(Generic[Item]):
         self._has_room = threading.Condition(lock)  # blocked producers wait on it
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._pid = os.getpid()
 
     def submit(self, item: Item | None) -> Receipt:
         """Queue `item` (None: nothing to write, only wait for what is queued before it)."""
+        if os.getpid() != self._pid:  # its writer thread (and its locks' owner) did not fork
+            raise EventSinkError(
+                f"{self._name} belongs to process {self._pid}: a forked process cannot use it"
+            )
         loop = _running_loop()
         receipt: Receipt
         if loop is None:
@@ -101,14 +109,18 @@ class GroupCommitter(Generic[Item]):
         await _awaited(self.submit(None))
 
     def close(self) -> None:
-        """Write what is queued, then stop the thread (blocking; for threads and exit)."""
+        """Write what is queued, then stop the thread (blocking; for threads and exit). A
+        second caller also waits until the queue is written. In a forked copy of the process
+        there is nothing to stop: the thread was its parent's."""
+        if os.getpid() != self._pid:
+            return
         with self._has_items:
-            if self._closed:
-                return
+            first = not self._closed
             self._closed = True
             self._has_items.notify()
             thread = self._thread
-        atexit.unregister(self.close)
+        if first:
+            atexit.unregister(self.close)
         if thread is not None:
             thread.join()
 

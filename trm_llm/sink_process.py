@@ -9,13 +9,20 @@ over a socket pair, one pickled message each way, and waits for the child's answ
 GIL; the child opens the store as `open_store(url, durability=...)` would, appends the batch in
 one transaction and answers with each event's error (None: committed).
 
-- The URL (it may hold a password) goes over the socket, never on the command line.
-- The child ignores SIGINT (a Ctrl-C reaches the whole process group: the parent decides when
-  to stop) and exits when its socket closes: at `close()`, or when the parent dies, so it never
-  outlives the client by more than the batch it is writing.
-- A child that dies fails the batch it held with `EventSinkError` (those events may or may not
-  be committed: the store's transaction is atomic, the answer was lost); the next batch starts
-  a new child.
+- The child runs in the directory and environment the sink was built in (a relative SQLite path
+  or `TRM_STORE_URL` means the same store at every start), with the parent's `sys.path` and not
+  the current directory's modules (`-P`), in a process group of its own (a terminal's Ctrl-C
+  reaches the client, which decides when to stop; the child also ignores SIGINT). The URL,
+  which may hold a password, goes over the socket, never on the command line.
+- It exits when its socket is shut down: at `close()`, or when the client dies, after the batch
+  it is writing. A forked copy of the client cannot use the sink (`EventSinkError`), and its
+  copy of the socket keeps nothing alive.
+- Each event is pickled alone: one that does not pickle (or that the child cannot unpickle)
+  fails alone, as an event the store refuses does.
+- A child that dies or does not answer within `ANSWER_TIMEOUT_S` (it is then killed) fails the
+  batch it held with `EventSinkError` (those events may or may not be committed: the store's
+  transaction is atomic, the answer was lost); a child found dead before a batch is sent is
+  replaced first, and a batch never goes to a dead child.
 """
 
 from __future__ import annotations
@@ -27,8 +34,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from contextlib import closing, suppress
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -46,100 +56,185 @@ START_TIMEOUT_S = 120
 """How long a new child may take to import trm_store and open the store before it counts as
 failed (a cold import on a loaded machine takes seconds; a PostgreSQL open has its own
 connect timeout)."""
+ANSWER_TIMEOUT_S = 120
+"""How long the child may take over one batch before it is killed and the batch fails: far
+beyond a store's own waits (SQLite's busy timeout, PostgreSQL's connect and lock waits), so
+only a hung or stopped child reaches it, and `close()` never waits forever."""
+
+
+@dataclass(frozen=True)
+class _Child:
+    process: subprocess.Popen[bytes]
+    sock: socket.socket  # the client's end: shut down, the child sees EOF whoever holds a copy
+    conn: Connection  # framed messages over a dup of `sock`
 
 
 class ChildWriter:
     """A child process that appends batches to the store at `url`; see the module docstring.
 
-    Used by one thread at a time (the sink's group-commit thread, then `close`).
+    `write` is called by one thread at a time (the sink's group-commit thread).
     """
 
     def __init__(self, url: str | None, durability: Durability) -> None:
         self._url = url
         self._durability = durability
-        self._conn: Connection | None = None
-        self._process: subprocess.Popen[bytes] | None = None
-        self._start()
+        self._cwd = os.getcwd()
+        paths = (os.fspath(p) for p in sys.path if isinstance(p, str | os.PathLike))
+        self._env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+        self._owner = os.getpid()
+        self._lock = threading.Lock()  # close() may race a failing write's _stop()
+        self._child: _Child | None = self._spawn()
 
     def write(self, events: Sequence[Event]) -> list[Exception | None]:
         """Append `events` in the child; each event's store error (None: committed)."""
-        if self._conn is None:
-            self._start()
-        assert self._conn is not None
+        causes: list[Exception | None] = [None] * len(events)
+        frames: dict[int, bytes] = {}
+        for i, event in enumerate(events):
+            try:
+                frames[i] = pickle.dumps(event, pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:  # e.g. a lock in the data: this event only
+                causes[i] = exc
+        if not frames:
+            return causes
+        child = self._ready_child()
         try:
-            self._conn.send_bytes(pickle.dumps(list(events), pickle.HIGHEST_PROTOCOL))
-            errors: list[Exception | None] = pickle.loads(self._conn.recv_bytes())
-        except (EOFError, OSError) as exc:
+            child.conn.send_bytes(pickle.dumps(list(frames.values()), pickle.HIGHEST_PROTOCOL))
+            answers: list[Exception | None] = pickle.loads(_answer_from(child))
+        except Exception as exc:
             self._stop()
             message = "the store writer process died; the batch it held may or may not be committed"
-            logger.error("%s (%d events)", message, len(events))
+            logger.error("%s (%d events): %s", message, len(events), exc)
             raise EventSinkError(message) from exc
-        return errors
+        for i, answer in zip(frames, answers, strict=True):
+            causes[i] = answer
+        return causes
 
     def close(self) -> None:
-        """Close the socket; the child finishes, closes its store and exits."""
+        """Shut the socket down; the child finishes its batch, closes its store and exits."""
         self._stop()
 
-    def _start(self) -> None:
-        parent, child = socket.socketpair()
-        with parent, child:
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    def _ready_child(self) -> _Child:
+        """The live child, or a new one if it died while idle (nothing of it is lost)."""
+        child = self._child
+        if child is not None and (child.process.poll() is not None or child.conn.poll(0)):
+            self._stop()  # readable while idle: EOF, it died
+            child = None
+        if child is None:
             try:
-                process = subprocess.Popen(
-                    [sys.executable, "-m", "trm_llm.sink_process", str(child.fileno())],
-                    pass_fds=(child.fileno(),),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    env=env,
-                )
-            except OSError as exc:
-                raise EventSinkError(f"the store writer process could not start: {exc}") from exc
-            conn = Connection(os.dup(parent.fileno()))
-        try:
-            conn.send_bytes(pickle.dumps((self._url, self._durability)))
-            if not conn.poll(START_TIMEOUT_S):
+                child = self._child = self._spawn()
+            except EventSinkError:
+                raise
+            except Exception as exc:  # the store's error, typed for the sink's callers
                 raise EventSinkError(
-                    f"the store writer process did not start in {START_TIMEOUT_S} s"
+                    f"the store writer process could not restart: {type(exc).__name__}: {exc}"
+                ) from exc
+        return child
+
+    def _spawn(self) -> _Child:
+        parent, end = socket.socketpair()
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-P", "-m", "trm_llm.sink_process", str(end.fileno())],
+                pass_fds=(end.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                cwd=self._cwd,
+                env=self._env,
+                process_group=0,
+            )
+        except OSError as exc:
+            parent.close()
+            raise EventSinkError(f"the store writer process could not start: {exc}") from exc
+        finally:
+            end.close()
+        child = _Child(process, parent, Connection(os.dup(parent.fileno())))
+        try:
+            child.conn.send_bytes(pickle.dumps((self._url, self._durability)))
+            if not child.conn.poll(START_TIMEOUT_S):
+                raise EventSinkError(
+                    f"the store writer process did not open in {START_TIMEOUT_S} s"
                 )
-            (opened,) = pickle.loads(conn.recv_bytes())
+            (opened,) = pickle.loads(child.conn.recv_bytes())
         except (EOFError, OSError) as exc:
             opened = EventSinkError("the store writer process exited before opening the store")
             opened.__cause__ = exc
-        except EventSinkError as exc:
-            opened = exc
+        except BaseException:  # a timeout, a Ctrl-C: no child left behind
+            _end(child, kill=True)
+            raise
         if opened is not None:  # the store's own error (a bad URL, a schema to upgrade, ...)
-            conn.close()
-            _reap(process)
+            _end(child)
             raise opened
-        self._conn, self._process = conn, process
+        return child
 
     def _stop(self) -> None:
-        conn, process = self._conn, self._process
-        self._conn = self._process = None
-        if conn is not None:
-            conn.close()
-        if process is not None:
-            _reap(process)
+        with self._lock:
+            child, self._child = self._child, None
+        if child is None:
+            return
+        if os.getpid() != self._owner:  # a forked copy: the child is its parent's, not ours
+            child.conn.close()
+            child.sock.close()
+            return
+        _end(child)
 
 
-def _reap(process: subprocess.Popen[bytes]) -> None:
-    """Wait for a child whose socket is closed; kill it if it does not exit in time."""
+def _answer_from(child: _Child) -> bytes:
+    """The child's answer to the batch just sent, waited for while it lives, within
+    `ANSWER_TIMEOUT_S` (then it is killed)."""
+    deadline = time.monotonic() + ANSWER_TIMEOUT_S
+    while not child.conn.poll(1.0):
+        if child.process.poll() is not None:
+            raise EOFError(f"it exited with status {child.process.returncode}")
+        if time.monotonic() > deadline:
+            child.process.kill()
+            raise TimeoutError(f"no answer in {ANSWER_TIMEOUT_S} s: killed")
+    return child.conn.recv_bytes()
+
+
+def _end(child: _Child, *, kill: bool = False) -> None:
+    """Shut the socket down (the child sees EOF and exits) and reap the child; kill it if
+    asked, or if it does not exit in time."""
+    with suppress(OSError):
+        child.sock.shutdown(socket.SHUT_RDWR)
+    child.conn.close()
+    child.sock.close()
+    if kill:
+        child.process.kill()
     try:
-        process.wait(timeout=60)
+        child.process.wait(timeout=60)
     except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+        child.process.kill()
+        child.process.wait()
 
 
 def _answer(errors: Sequence[Exception | None]) -> bytes:
-    """The errors pickled; one that does not pickle is sent as a `StoreError` naming it."""
-    try:
-        return pickle.dumps(list(errors), pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        from trm_store import StoreError
+    """The errors pickled; one that does not survive a pickle round trip (some exceptions
+    pickle but do not unpickle) is sent as a `StoreError` naming it."""
+    from trm_store import StoreError
 
-        plain = [None if e is None else StoreError(f"{type(e).__name__}: {e}") for e in errors]
-        return pickle.dumps(plain, pickle.HIGHEST_PROTOCOL)
+    def portable(error: Exception | None) -> Exception | None:
+        if error is None:
+            return None
+        try:
+            pickle.loads(pickle.dumps(error, pickle.HIGHEST_PROTOCOL))
+        except Exception:
+            return StoreError(f"{type(error).__name__}: {error}")
+        return error
+
+    return pickle.dumps([portable(e) for e in errors], pickle.HIGHEST_PROTOCOL)
+
+
+def _events(frames: Sequence[bytes]) -> tuple[list[Any], list[Exception | None]]:
+    """The batch's events, and for each frame the error of reading it (None: read)."""
+    events: list[Any] = []
+    errors: list[Exception | None] = []
+    for frame in frames:
+        try:
+            events.append(pickle.loads(frame))
+            errors.append(None)
+        except Exception as exc:  # e.g. a class the client defined in its __main__
+            errors.append(ValueError(f"the writer process could not read the event: {exc}"))
+    return events, errors
 
 
 def serve(conn: Connection) -> None:
@@ -156,8 +251,9 @@ def serve(conn: Connection) -> None:
     with closing(store), suppress(EOFError, OSError):  # the parent closed the socket, or died
         conn.send_bytes(_answer([None]))
         while True:
-            batch: Any = pickle.loads(conn.recv_bytes())
-            conn.send_bytes(_answer(append_events(store, batch)))
+            events, errors = _events(pickle.loads(conn.recv_bytes()))
+            appended = iter(append_events(store, events) if events else [])
+            conn.send_bytes(_answer([e if e is not None else next(appended) for e in errors]))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from trm_llm import StoreEventSink
+from trm_llm import StoreEventSink, sink_process
 from trm_llm.errors import EventSinkError
 from trm_llm.simulated_server import SimulatedServer, normal
 from trm_store import EventValidationError, StoreError, StoreURLError, open_store
@@ -156,7 +157,7 @@ def test_ctrl_c_to_the_process_group_leaves_the_child_writing(sqlite_url: str) -
 PRODUCER = textwrap.dedent(
     """
     import os, sys
-    from trm_llm import StoreEventSink
+    from trm_llm import StoreEventSink, sink_process
     sink = StoreEventSink.in_child_process(sys.argv[1])
     good = {"from_state": "closed", "to_state": "open", "failures": 1, "at": 0.0, "call_id": "c"}
     print("pid", os.getpid(), flush=True)
@@ -190,3 +191,145 @@ def test_a_killed_parent_loses_nothing_acknowledged_and_its_child_exits(store_ur
         failures = [e.data["failures"] for e in store.read_stream("llm:sim")]
     assert failures == list(range(len(failures)))  # in order, none twice
     assert len(failures) >= acked + 1  # every acknowledged event is there
+
+
+# -- what a hostile review found (each failed before the fix) ---------------------------------
+
+
+class Unreadable:
+    """Pickles in the client; unpickling it in the child raises (int("not a number"))."""
+
+    def __reduce__(self) -> tuple[type[int], tuple[str]]:
+        return int, ("not a number",)
+
+
+@pytest.mark.parametrize(
+    "poison", [threading.Lock(), Unreadable()], ids=["unpicklable", "unreadable"]
+)
+async def test_an_event_that_does_not_travel_fails_alone(sqlite_url: str, poison: object) -> None:
+    with open_store(sqlite_url) as store, child_sink(sqlite_url) as sink:
+        (pid,) = writer_children(os.getpid())
+        receipts = [
+            sink.emit("sim", "breaker_changed", GOOD),
+            sink.emit("sim", "breaker_changed", {**GOOD, "call_id": poison}),
+            sink.emit("sim", "breaker_changed", GOOD),
+        ]
+        outcomes = await asyncio.gather(*(r for r in receipts if r), return_exceptions=True)
+        assert outcomes[0] is None and outcomes[2] is None
+        assert isinstance(outcomes[1], EventSinkError)
+        assert len(store.read_stream("llm:sim")) == 2
+        assert writer_children(os.getpid()) == [pid]  # the child did not die of it
+
+
+async def test_two_closes_at_once_both_wait_for_the_queue(sqlite_url: str) -> None:
+    # The second close() returned at once and closed the child under the writer's batch.
+    with open_store(sqlite_url) as store:
+        sink = StoreEventSink.in_child_process(sqlite_url)
+        receipts = [sink.emit("sim", "breaker_changed", GOOD) for _ in range(500)]
+        await asyncio.gather(asyncio.to_thread(sink.close), asyncio.to_thread(sink.close))
+        await asyncio.gather(*(r for r in receipts if r))  # every one committed
+        assert len(store.read_stream("llm:sim")) == 500
+        assert writer_children(os.getpid()) == []
+
+
+def test_a_child_that_died_idle_is_replaced_before_the_next_batch(sqlite_url: str) -> None:
+    with open_store(sqlite_url) as store, child_sink(sqlite_url) as sink:
+        (pid,) = writer_children(os.getpid())
+        os.kill(pid, signal.SIGKILL)
+        assert gone(pid, within_s=10)
+        assert sink.emit("sim", "breaker_changed", GOOD) is None  # no batch lost to it
+        assert len(store.read_stream("llm:sim")) == 1
+
+
+def test_a_relative_url_is_the_same_store_after_the_client_changes_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    with child_sink("sqlite:///events.db") as sink:
+        assert sink.emit("sim", "breaker_changed", GOOD) is None
+        (pid,) = writer_children(os.getpid())
+        os.kill(pid, signal.SIGKILL)
+        assert gone(pid, within_s=10)
+        monkeypatch.chdir(tmp_path / "b")
+        assert sink.emit("sim", "breaker_changed", GOOD) is None  # a new child, same store
+    assert not (tmp_path / "b" / "events.db").exists()
+    with open_store(f"sqlite:///{tmp_path / 'a' / 'events.db'}") as store:
+        assert len(store.read_stream("llm:sim")) == 2
+
+
+def test_the_child_imports_nothing_from_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_url: str
+) -> None:
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "trm_store.py").write_text("raise RuntimeError('the cwd shadowed trm_store')\n")
+    monkeypatch.chdir(shadow)
+    with child_sink(sqlite_url) as sink:
+        assert sink.emit("sim", "breaker_changed", GOOD) is None
+
+
+def test_the_child_has_a_process_group_of_its_own(sqlite_url: str) -> None:
+    # A terminal's Ctrl-C goes to the foreground process group: it must not kill a child
+    # that is still importing (before it ignores SIGINT).
+    with child_sink(sqlite_url):
+        (pid,) = writer_children(os.getpid())
+        assert os.getpgid(pid) != os.getpgid(0)
+
+
+def test_a_forked_client_cannot_use_the_sink_nor_keep_the_child_alive(sqlite_url: str) -> None:
+    sink = StoreEventSink.in_child_process(sqlite_url)
+    assert sink.emit("sim", "breaker_changed", GOOD) is None
+    (child,) = writer_children(os.getpid())
+    read, write = os.pipe()
+    forked = os.fork()
+    if forked == 0:  # the forked copy: a typed error at once, then it lives on with its fds
+        signal.alarm(10)  # an emit that blocks ends the fork, and the parent reads EOF
+        try:
+            sink.emit("sim", "breaker_changed", GOOD)
+            os.write(write, b"emitted")
+        except EventSinkError:
+            os.write(write, b"refused")
+        sink.close()  # closes only its copies
+        time.sleep(30)
+        os._exit(0)
+    try:
+        os.close(write)
+        assert os.read(read, 16) == b"refused"
+        started = time.monotonic()
+        sink.close()
+        assert time.monotonic() - started < 10  # the fork's copy of the socket kept no EOF away
+        assert gone(child, within_s=10)
+    finally:
+        os.kill(forked, signal.SIGKILL)
+        os.waitpid(forked, 0)
+        os.close(read)
+
+
+async def test_a_stopped_child_is_killed_after_the_answer_timeout(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sink_process, "ANSWER_TIMEOUT_S", 2)
+    with open_store(sqlite_url) as store, child_sink(sqlite_url) as sink:
+        (pid,) = writer_children(os.getpid())
+        os.kill(pid, signal.SIGSTOP)
+        with pytest.raises(EventSinkError, match="may or may not be committed"):
+            await asyncio.wait_for(sink.emit("sim", "breaker_changed", GOOD), 30)  # type: ignore[arg-type]
+        assert gone(pid, within_s=10)
+        await sink.emit("sim", "breaker_changed", GOOD)  # type: ignore[misc]
+        assert len(store.read_stream("llm:sim")) == 1
+
+
+async def test_a_child_that_cannot_restart_is_an_event_sink_error(tmp_path: Path) -> None:
+    path = tmp_path / "trm.db"
+    with child_sink(f"sqlite:///{path}") as sink:
+        (pid,) = writer_children(os.getpid())
+        os.kill(pid, signal.SIGKILL)
+        assert gone(pid, within_s=10)
+        for leftover in tmp_path.glob("trm.db*"):
+            leftover.unlink()
+        path.write_bytes(b"not a database" * 100)
+        with pytest.raises(EventSinkError, match="could not restart") as info:
+            await sink.emit("sim", "breaker_changed", GOOD)  # type: ignore[misc]
+        assert isinstance(info.value.__cause__, StoreError)
