@@ -43,13 +43,18 @@ class SqliteTarget:
     must_exist: bool  # mode=ro or mode=rw
 
 
+SQLITE_PARAMETERS = frozenset({"mode", "uri"})
+"""The query parameters trm reads from a SQLite URL."""
+
+
 def _shown(url: URL) -> str:
     """The URL as the user wrote it (SQLAlchemy's rendering would percent-encode a SQLite
-    path's `:`), never its password."""
+    path's `:`), never its password, nor the value of a query parameter trm does not read
+    (it may be a credential meant for something else)."""
     if url.get_backend_name() != "sqlite":
         return url.render_as_string(hide_password=True)
     query = "&".join(
-        f"{name}={value}"
+        f"{name}={value if name in SQLITE_PARAMETERS else '***'}"
         for name, values in url.query.items()
         for value in (values if isinstance(values, tuple) else (values,))
     )
@@ -90,7 +95,7 @@ def _uri_path(url: URL, database: str) -> str:
 
 def sqlite_target(url: URL) -> SqliteTarget:
     """The file `url` names, or StoreURLError naming what trm does not honour."""
-    unknown = sorted(set(url.query) - {"mode", "uri"})
+    unknown = sorted(set(url.query) - SQLITE_PARAMETERS)
     if unknown:
         raise StoreURLError(
             f"query parameter {unknown[0]!r} in {_shown(url)} is not one trm honours on SQLite "

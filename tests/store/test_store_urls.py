@@ -122,6 +122,18 @@ def test_a_sqlite_query_parameter_trm_does_not_honour_is_refused_by_name(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("query", ["pw=s3cret-value", "mode=zz&pw=s3cret-value"])
+def test_the_value_of_a_parameter_trm_does_not_read_is_never_shown(
+    tmp_path: Path, query: str
+) -> None:
+    # Found by the eighth session's review: the message repeated the whole query, so a
+    # credential put in a parameter meant for something else reached the error and the logs.
+    with pytest.raises(StoreURLError) as info:
+        open_store(f"sqlite:///{tmp_path / 'trm.db'}?{query}")
+    assert "s3cret-value" not in str(info.value)
+    assert "pw=***" in str(info.value) or "'pw'" in str(info.value)
+
+
 def test_a_file_uri_without_uri_true_is_refused_not_made_into_a_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
