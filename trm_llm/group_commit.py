@@ -12,7 +12,7 @@ were submitted.
 The queue is bounded: a producer outside an event loop blocks while `max_pending` items wait. A
 producer on an event loop is never blocked; its receipt is its backpressure (the governed client
 returns from `chat()` only once its events are written, so callers go at the writer's pace).
-`flush()` waits for everything submitted before it; `close()` / `aclose()` flush and stop the
+`flush()` waits for everything submitted before it; `close()` flushes and stops the
 thread. A process that exits without closing flushes at exit. A committer belongs to the
 process that made it: in a forked copy `submit` raises `EventSinkError` (instead of waiting
 for a thread that was not forked).
@@ -123,10 +123,6 @@ class GroupCommitter(Generic[Item]):
             atexit.unregister(self.close)
         if thread is not None:
             thread.join()
-
-    async def aclose(self) -> None:
-        """`close()` off the loop: the loop keeps running while the last batch is written."""
-        await asyncio.get_running_loop().run_in_executor(None, self.close)
 
     def _run(self) -> None:
         while True:
