@@ -46,8 +46,8 @@ from redis.exceptions import RedisError
 
 from trm_llm import GovernedLLMClient, RedisResponseCache, StoreEventSink
 from trm_llm.cache import CachedResponse
-from trm_llm.sink_process import Durability
 from trm_store import Store, open_store
+from trm_store.backend import Durability
 
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 

@@ -86,8 +86,9 @@ from trm_llm.errors import EventSinkError
 from trm_llm.group_commit import GroupCommitter
 
 if TYPE_CHECKING:
-    from trm_llm.sink_process import ChildWriter, Durability
+    from trm_llm.sink_process import ChildWriter
     from trm_store import NewEvent, Store
+    from trm_store.backend import Durability
 
 __all__ = ["StoreEventSink"]
 

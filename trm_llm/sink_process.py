@@ -40,16 +40,16 @@ from collections.abc import Sequence
 from contextlib import closing, suppress
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from trm_llm.errors import EventSinkError
 
 if TYPE_CHECKING:
     from trm_store import NewEvent
+    from trm_store.backend import Durability
 
-__all__ = ["ChildWriter", "Durability"]
+__all__ = ["ChildWriter"]
 
-Durability = Literal["normal", "full"]
 Event = tuple[str, "NewEvent"]  # (stream id, event)
 logger = logging.getLogger("trm_llm.sink")
 START_TIMEOUT_S = 120

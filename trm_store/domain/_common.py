@@ -214,9 +214,9 @@ def _statement(
 ) -> _Statement:
     """The upsert of `columns` replacing (or, flagged, adding to) the columns of `upsert` on a
     conflict of `keys` (or, for None, the update of the other columns where `keys` match),
-    built by SQLAlchemy and kept in the
-    table's `info`: a scratch table's statements go with it. Kept per driver, not per engine:
-    every engine of a store serialises JSON with `serialize_json`."""
+    built by SQLAlchemy and kept in the table's `info`: a scratch table's statements go with
+    it. Kept per driver, not per engine: every engine of a store serialises JSON with
+    `serialize_json`."""
     cache: dict[tuple[object, ...], _Statement] = table.info.setdefault("trm_statements", {})
     shape = (dialect.name, dialect.driver, dialect.paramstyle, columns, keys, upsert)
     found = cache.get(shape)
