@@ -6,6 +6,7 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Iterator
 
 from trm_store.errors import EventValidationError
 
@@ -24,13 +25,44 @@ def new_event_id() -> str:
     an id and every prediction a `RunLog` records. This costs ~9,600 instructions (callgrind)
     against the random id's ~7,600.
     """
-    h = ((_now_ns() // 1_000_000).to_bytes(6) + _random(10)).hex()
+    h = ((_now_ns() // 1_000_000).to_bytes(6) + _random10()).hex()
     return f"{h[:8]}-{h[8:12]}-7{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
 
 
-_now_ns, _random = time.time_ns, os.urandom
+_now_ns = time.time_ns
 _VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 """The RFC 9562 variant: the top two bits of the 17th hex digit set to 10."""
+_DRAWS = 400
+"""Ids' random bytes taken from one `os.urandom` call."""
+_pieces: Iterator[bytes] = iter(())
+
+
+def _random10() -> bytes:
+    """10 bytes from the OS's CSPRNG, drawn `_DRAWS` ids at a time.
+
+    One `os.urandom` per id was a system call that releases the GIL, on every event appended:
+    with other threads running Python, each return waited for the GIL (up to the 5 ms switch
+    interval), and 4 threads appending got fewer events/s than one (bench/writers_bench.py).
+    Thread-safe without a lock: `next` on a list iterator is one step under the GIL, so no two
+    calls get the same piece; two threads that find it empty at once each draw a fresh list.
+    """
+    global _pieces
+    try:
+        return next(_pieces)
+    except StopIteration:
+        pool = os.urandom(10 * _DRAWS)
+        pieces = [pool[k : k + 10] for k in range(10, len(pool), 10)]
+        _pieces = iter(pieces)
+        return pool[:10]
+
+
+def _forget_pieces() -> None:
+    """A forked child draws its own: the parent's unused pieces would give both the same ids."""
+    global _pieces
+    _pieces = iter(())
+
+
+os.register_at_fork(after_in_child=_forget_pieces)
 
 
 # A UUID already in its normal form (as `str(uuid4())` writes it): no need to parse it again.

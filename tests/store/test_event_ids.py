@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 import uuid
 
@@ -38,3 +40,39 @@ def test_every_random_bit_of_a_new_event_id_varies() -> None:
         seen_set |= value
         seen_clear |= ~value
     assert seen_set & seen_clear & random_bits == random_bits
+
+
+def test_threads_drawing_at_once_never_draw_the_same_id() -> None:
+    """Ids' random bytes come from a pool shared by the threads (`_random10`)."""
+    drawn: list[list[str]] = [[] for _ in range(8)]
+
+    def draw(mine: list[str]) -> None:
+        mine.extend(new_event_id() for _ in range(5_000))
+
+    threads = [threading.Thread(target=draw, args=(mine,)) for mine in drawn]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    every = [event_id for mine in drawn for event_id in mine]
+    assert len(every) == 40_000 and len(set(every)) == len(every)
+
+
+def test_a_forked_child_draws_other_random_bits_than_its_parent() -> None:
+    """The parent's unused pool must not be drawn from in the child too: in the same
+    millisecond both would write the same ids."""
+    new_event_id()  # the pool is filled, most of it unused
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write, ",".join(new_event_id() for _ in range(100)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        theirs = pipe.read().split(",")
+    os.waitpid(pid, 0)
+    ours = [new_event_id() for _ in range(100)]
+    assert len(theirs) == 100
+    assert not {i[15:] for i in theirs} & {i[15:] for i in ours}  # past the milliseconds
