@@ -23,7 +23,7 @@ from trm_store.json_codec import serialize_json
 from trm_store.log import heads
 from trm_store.rebuild_lock import RebuildLock, file_rebuild_lock
 from trm_store.sqlite_dialect import register_dialect
-from trm_store.sqlite_writer_lock import ProcessWriterLock, process_writer_lock
+from trm_store.sqlite_writer_lock import WriterLock, writer_lock
 from trm_store.store_url import check_sqlite_file, sqlite_target
 from trm_store.writer_connections import IN_USE, WriterConnections
 
@@ -57,7 +57,7 @@ def _rollback(conn: Connection, dbapi_connection: DBAPIConnection) -> None:
 
 class AppendTransaction:
     """`BEGIN IMMEDIATE` ... `COMMIT`, both sent on the driver, on a writer connection, under the
-    database's write lock of this process (`trm_store.sqlite_writer_lock`).
+    database's writer lock (`trm_store.sqlite_writer_lock`).
 
     SQLAlchemy's transaction begins only if the block runs a statement through it (the
     dialect's `do_begin` then finds SQLite's transaction open and adds nothing), and then ends
@@ -68,7 +68,7 @@ class AppendTransaction:
     __slots__ = ("_conn", "_dbapi_connection", "_in_use", "_info", "_writer_lock")
     _dbapi_connection: DBAPIConnection
 
-    def __init__(self, conn: Connection, writer_lock: ProcessWriterLock) -> None:
+    def __init__(self, conn: Connection, writer_lock: WriterLock) -> None:
         self._conn = conn
         self._info = info = conn.info
         self._in_use = info.get(IN_USE) or nullcontext()  # a writer connection's: see IN_USE
@@ -170,7 +170,7 @@ class SqliteBackend:
             json_serializer=serialize_json,
         )
         self._writers = WriterConnections(self.engine)
-        self._writer_lock = process_writer_lock(self.path, BUSY_TIMEOUT_MS / 1000)
+        self._writer_lock = writer_lock(self.path, BUSY_TIMEOUT_MS / 1000)
         synchronous = "FULL" if durability == "full" else "NORMAL"
         writable = not read_only
 

@@ -69,7 +69,11 @@ def test_the_relative_uri_form_names_the_file_not_a_file_called_file(
         assert store.read_only and store.head_position() == 1
     with open_store("sqlite:///file:new.db?uri=true", projections=TOTALS) as store:
         assert not store.read_only
-    made = (p.name for p in tmp_path.iterdir() if not p.name.endswith(("-wal", "-shm", "-rebuild")))
+    made = (
+        p.name
+        for p in tmp_path.iterdir()
+        if not p.name.endswith(("-wal", "-shm", "-rebuild", "-writer"))
+    )
     assert sorted(made) == [
         "new.db",
         "trm.db",

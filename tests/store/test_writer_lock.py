@@ -1,0 +1,120 @@
+"""The SQLite writer lock across processes (`trm_store.sqlite_writer_lock`): trm processes queue
+on a `flock` beside the database instead of in SQLite's polling busy handler; a dead holder
+frees it, a forked child never shares its parent's, and a store works without it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.store.helpers import ROOT, TOTALS, added
+from trm_store import Store, StoreError, open_store
+from trm_store.sqlite import SqliteBackend
+from trm_store.sqlite_writer_lock import WriterLock
+
+HOLD = """
+import sys, time
+from tests.store.helpers import TOTALS
+from trm_store import open_store
+with open_store(sys.argv[1], projections=TOTALS) as store, store.write_transaction():
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def lock_of(store: Store) -> WriterLock:
+    backend = store._backend
+    assert isinstance(backend, SqliteBackend)
+    return backend._writer_lock
+
+
+@contextmanager
+def held_by_another_process(url: str) -> Iterator[subprocess.Popen[str]]:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, url], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait(30)
+
+
+@contextmanager
+def short_timeout(lock: WriterLock, seconds: float) -> Iterator[None]:
+    saved, lock._timeout = lock._timeout, seconds
+    try:
+        yield
+    finally:
+        lock._timeout = saved
+
+
+def test_a_writer_waits_for_another_process_on_the_file_lock(sqlite_url: str) -> None:
+    """Past the (shortened) timeout the message names the other process: the wait was on the
+    file lock, not in SQLite's busy handler (60 s, and another message)."""
+    with open_store(sqlite_url, projections=TOTALS) as store:
+        store.append("s", [added(1)])
+        with held_by_another_process(sqlite_url), short_timeout(lock_of(store), 0.3):
+            started = time.monotonic()
+            with pytest.raises(StoreError, match="another process held its write transaction"):
+                store.append("s", [added(2)])
+            assert time.monotonic() - started < 10
+        assert store.stream_version("s") == 1
+
+
+def test_a_killed_holder_frees_the_lock(sqlite_url: str) -> None:
+    with open_store(sqlite_url, projections=TOTALS) as store:
+        with held_by_another_process(sqlite_url) as holder:
+            os.kill(holder.pid, signal.SIGKILL)
+            holder.wait(30)
+            with short_timeout(lock_of(store), 10):
+                store.append("s", [added(1)])
+        assert store.stream_version("s") == 1
+
+
+def test_a_forked_child_does_not_share_its_parent_s_file_lock(sqlite_url: str) -> None:
+    """A `flock` belongs to the open file: a child writing through the descriptor it inherited
+    would take the lock its parent holds."""
+    with open_store(sqlite_url, projections=TOTALS) as store:
+        store.append("s", [added(1)])  # the lock's file is open
+        read, write = os.pipe()
+        with store.write_transaction():
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    lock = lock_of(store)
+                    lock._timeout = 0.3
+                    try:
+                        lock.acquire()
+                        code = 2  # taken while the parent holds it
+                    except StoreError as e:
+                        code = 0 if "another process" in str(e) else 3
+                finally:
+                    os.write(write, bytes([code]))
+                    os._exit(0)
+            os.close(write)
+            child_code = os.read(read, 1)
+            os.waitpid(pid, 0)
+        assert child_code == bytes([0])
+        store.append("s", [added(2)])
+        assert store.stream_version("s") == 2
+
+
+def test_a_store_whose_lock_file_cannot_be_opened_still_writes(sqlite_url: str) -> None:
+    path = Path(sqlite_url.removeprefix("sqlite:///"))
+    Path(f"{path}-writer").mkdir()  # where the lock's file would go
+    with open_store(sqlite_url, projections=TOTALS) as store:
+        store.append("s", [added(1)])
+        with store.write_transaction():
+            pass
+        assert store.stream_version("s") == 1
