@@ -16,12 +16,13 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
+from trm_store.append_queue import AppendQueue, QueuedAppend
 from trm_store.backend import Backend, reading, store_error
 from trm_store.driver import DriverSql, bind_processor, execute_many
 from trm_store.errors import ConcurrencyError, EventValidationError
 from trm_store.event_reuse import duplicate_id, event_ids, retried
 from trm_store.events import RecordedEvent, recorded_event
-from trm_store.log import events_by_id, stream_head
+from trm_store.log import events_by_id, stream_heads
 from trm_store.prepare import PreparedAppend
 from trm_store.projection_runner import ProjectionSet
 from trm_store.schema import EVENT_COLUMNS, EVENTS
@@ -46,12 +47,14 @@ class _EventIdTaken(Exception):
 
 
 class Appender:
-    """Appends validated events to one store's log, in one transaction per call."""
+    """Appends validated events to one store's log: each append atomic, concurrent ones
+    written together (`trm_store.append_queue`)."""
 
     def __init__(self, backend: Backend, projections: ProjectionSet) -> None:
         self._backend = backend
         self._projections = projections
         self._stored_time = bind_processor(EVENTS.c.recorded_at, backend.engine.dialect)
+        self.queue = AppendQueue(self.write_group)
 
     def append(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent]:
         """Write `prepared` (all of it, or nothing); the recorded events, in position order.
@@ -59,11 +62,40 @@ class Appender:
         A retry of an append that was recorded returns the recorded events; any other use of a
         recorded id raises EventIdConflictError (`trm_store.event_reuse`).
         """
+        return self.queue.append(prepared)
+
+    def write_group(self, group: list[QueuedAppend]) -> None:
+        """Decide every append of `group`: in one transaction when there are several, each
+        refused alone by a stream not at its expected version. When that transaction fails (an
+        event id taken, a database error) or an append may be a retry, the appends concerned are
+        written one by one, each to its own outcome."""
+        alone = group
+        if len(group) > 1:
+            try:
+                outcomes = self._write([queued.prepared for queued in group])
+            except Exception:
+                outcomes = None
+            if outcomes is not None:
+                alone = []
+                for queued, outcome in zip(group, outcomes, strict=True):
+                    if not isinstance(outcome, ConcurrencyError):
+                        queued.recorded = outcome
+                    elif any(item.ids_given for item in queued.prepared):
+                        alone.append(queued)  # perhaps recorded already: `_write_alone` tells
+                    else:
+                        queued.error = outcome
+        for queued in alone:
+            try:
+                queued.recorded = self._write_alone(queued.prepared)
+            except Exception as e:
+                queued.error = e
+
+    def _write_alone(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent]:
         try:
-            with self._backend.append_transaction(prepared[0].stream_id) as started:
-                return self._append_locked(*started, prepared)
-        except SQLAlchemyError as e:
-            raise store_error(self._backend, e) from e
+            (outcome,) = self._write([prepared])
+            if isinstance(outcome, ConcurrencyError):
+                raise outcome
+            return outcome
         except ConcurrencyError:
             # A stream moved: a retry of a recorded append, when the caller chose its ids.
             if not any(p.ids_given for p in prepared):
@@ -78,6 +110,17 @@ class Appender:
                 raise store_error(self._backend, e.error) from e.error
             return recorded
 
+    def _write(
+        self, appends: Sequence[Sequence[PreparedAppend]]
+    ) -> list[list[RecordedEvent] | ConcurrencyError]:
+        """`appends` in one transaction; each one's recorded events, or the ConcurrencyError
+        that refused it (and wrote none of it)."""
+        try:
+            with self._backend.append_transaction(appends[0][0].stream_id) as started:
+                return self._write_locked(*started, appends)
+        except SQLAlchemyError as e:
+            raise store_error(self._backend, e) from e
+
     def _retried(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent] | None:
         """The recorded events if `prepared` resends exactly them, None if none of its ids is
         recorded; EventValidationError for an id used twice in it, EventIdConflictError for any
@@ -89,61 +132,78 @@ class Appender:
             recorded = events_by_id(conn, event_ids(prepared))
         return retried(prepared, recorded)
 
-    def _append_locked(
+    def _write_locked(
         self,
         conn: Connection,
         previous_head: int,
         first_version: int,
-        prepared: Sequence[PreparedAppend],
-    ) -> list[RecordedEvent]:
+        appends: Sequence[Sequence[PreparedAppend]],
+    ) -> list[list[RecordedEvent] | ConcurrencyError]:
+        first_stream = appends[0][0].stream_id
+        versions = {first_stream: first_version}
+        others = list(
+            {item.stream_id: None for a in appends for item in a if item.stream_id != first_stream}
+        )
+        if others:
+            versions.update(stream_heads(conn, others))
         position = previous_head
-        versions: dict[str, int] = {prepared[0].stream_id: first_version}
         now = datetime.now(UTC)
         stored_now = now if self._stored_time is None else self._stored_time(now)
         rows: list[dict[str, Any]] = []
         recorded: list[RecordedEvent] = []
-        for item in prepared:
-            stream_id = item.stream_id
-            if stream_id not in versions:
-                versions[stream_id] = stream_head(conn, stream_id)
-            current = versions[stream_id]
-            if item.expected_version is not None and item.expected_version != current:
-                raise ConcurrencyError(stream_id, item.expected_version, current)
-            for event in item.events:
-                position += 1
-                current += 1
-                rows.append(
-                    {
-                        "position": position,
-                        "event_id": event.event_id,
-                        "stream_id": stream_id,
-                        "stream_version": current,
-                        "type": event.type,
-                        "schema_version": event.schema_version,
-                        "data": event.data_json,
-                        "meta": event.meta_json,
-                        "recorded_at": stored_now,
-                    }
-                )
-                recorded.append(
-                    recorded_event(
-                        position,
-                        event.event_id,
-                        stream_id,
-                        current,
-                        event.type,
-                        event.schema_version,
-                        event.data,
-                        event.meta,
-                        now,
-                    )
-                )
-            versions[stream_id] = current
-        try:
-            execute_many(conn, INSERT_EVENTS, rows)
-        except IntegrityError as e:
-            if "event_id" in str(e.orig):
-                raise _EventIdTaken(e) from e
-            raise
-        self._projections.apply_inline(conn, previous_head, position, recorded)
-        return recorded
+        outcomes: list[list[RecordedEvent] | ConcurrencyError] = []
+        for prepared in appends:
+            first = len(recorded)
+            moved: dict[str, int] = {}
+            try:
+                for item in prepared:
+                    stream_id = item.stream_id
+                    current = moved.get(stream_id, versions[stream_id])
+                    if item.expected_version is not None and item.expected_version != current:
+                        raise ConcurrencyError(stream_id, item.expected_version, current)
+                    for event in item.events:
+                        position += 1
+                        current += 1
+                        rows.append(
+                            {
+                                "position": position,
+                                "event_id": event.event_id,
+                                "stream_id": stream_id,
+                                "stream_version": current,
+                                "type": event.type,
+                                "schema_version": event.schema_version,
+                                "data": event.data_json,
+                                "meta": event.meta_json,
+                                "recorded_at": stored_now,
+                            }
+                        )
+                        recorded.append(
+                            recorded_event(
+                                position,
+                                event.event_id,
+                                stream_id,
+                                current,
+                                event.type,
+                                event.schema_version,
+                                event.data,
+                                event.meta,
+                                now,
+                            )
+                        )
+                    moved[stream_id] = current
+            except ConcurrencyError as refused:  # this append writes nothing; the others go on
+                del rows[first:], recorded[first:]
+                position = previous_head + first
+                outcomes.append(refused)
+                continue
+            versions.update(moved)
+            outcomes.append(recorded[first:])
+        if rows:
+            try:
+                execute_many(conn, INSERT_EVENTS, rows)
+            except IntegrityError as e:
+                if "event_id" in str(e.orig):
+                    raise _EventIdTaken(e) from e
+                raise
+            self._projections.apply_inline(conn, previous_head, position, recorded)
+        return outcomes

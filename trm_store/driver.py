@@ -30,7 +30,15 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
-__all__ = ["Compiled", "DriverSql", "bind_processor", "execute", "execute_many", "fetch_all"]
+__all__ = [
+    "Compiled",
+    "DriverSql",
+    "bind_processor",
+    "execute",
+    "execute_many",
+    "fetch_all",
+    "padded_in",
+]
 
 Params = Mapping[str, Any]
 Binder = Callable[[Params], Any]
@@ -176,6 +184,16 @@ def execute_many(conn: Connection, statement: DriverSql, rows: Sequence[Params])
 def execute(conn: Connection, statement: DriverSql, params: Params) -> int:
     """Run one statement that returns no rows; the number of rows it changed."""
     return _changed(conn, statement, params, many=False)
+
+
+def padded_in(values: Sequence[Any]) -> tuple[int, dict[str, Any]]:
+    """The parameters `i0`..`i{size-1}` of an IN list of (non-empty) `values`, padded to a power
+    of two with the last value, and that size: a few statements, each compiled once, serve every
+    count of values."""
+    size = 1 << (len(values) - 1).bit_length()
+    params = {f"i{k}": v for k, v in enumerate(values)}
+    params.update({f"i{k}": values[-1] for k in range(len(values), size)})
+    return size, params
 
 
 def bind_processor(column: Column[Any], dialect: Dialect) -> Callable[[Any], Any] | None:

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, bindparam, text
 
-from trm_store.driver import DriverSql, fetch_all
+from trm_store.driver import DriverSql, fetch_all, padded_in
 from trm_store.event_types import registered_event_types
 from trm_store.events import RecordedEvent, recorded_event
 from trm_store.json_codec import loads_json
@@ -28,6 +28,7 @@ __all__ = [
     "read_batches",
     "stream_events",
     "stream_head",
+    "stream_heads",
 ]
 
 _SELECT = f"SELECT {', '.join(EVENT_COLUMNS)} FROM events"
@@ -121,6 +122,28 @@ def stream_head(conn: Connection, stream_id: str) -> int:
     """The stream's current version (0 when it does not exist); on the driver, as `heads`."""
     ((version,),) = fetch_all(conn, _STREAM_HEAD, {"s": stream_id})
     return int(version)
+
+
+_STREAM_HEADS: dict[int, DriverSql] = {}
+"""`stream_heads`' statement by the size of its padded IN list."""
+
+
+def stream_heads(conn: Connection, stream_ids: Sequence[str]) -> dict[str, int]:
+    """The current version of each of (non-empty) `stream_ids`, in one query (one row per
+    existing stream, from the (stream_id, stream_version) index): an append to many streams."""
+    size, params = padded_in(stream_ids)
+    statement = _STREAM_HEADS.get(size)
+    if statement is None:
+        names = ", ".join(f":i{k}" for k in range(size))
+        statement = _STREAM_HEADS[size] = DriverSql(
+            f"SELECT stream_id, max(stream_version) FROM events WHERE stream_id IN ({names})"
+            " GROUP BY stream_id"
+        )
+    versions = dict.fromkeys(stream_ids, 0)
+    versions.update(
+        (stream_id, int(version)) for stream_id, version in fetch_all(conn, statement, params)
+    )
+    return versions
 
 
 _AFTER = {

@@ -56,7 +56,8 @@ class Store:
         self._projections = ProjectionSet(projections)
         self._batch_size = batch_size
         self._prepare = AppendPreparer(origin())
-        self._append = Appender(backend, self._projections).append
+        appender = Appender(backend, self._projections)
+        self._append, self._appends = appender.append, appender.queue
         self._subscriptions: WeakSet[Subscription] = WeakSet()
 
     # -- properties -----------------------------------------------------------------------------
@@ -128,7 +129,7 @@ class Store:
 
         Driver errors come out as typed StoreErrors, as from every other store method.
         """
-        return writing(self._backend)
+        return self._appends.holding_writer(writing(self._backend))
 
     # -- reading --------------------------------------------------------------------------------
 

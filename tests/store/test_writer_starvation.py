@@ -193,11 +193,15 @@ def test_writers_never_starve_readers(store_url: str, scenario: str) -> None:
 # descriptor while another connection holds a lock on the file, to reuse it.)
 
 
-def raw_writer(store: Store) -> sqlite3.Connection:
-    """This thread's writer connection, as the driver's connection."""
+def raw_writer(store: Store) -> sqlite3.Connection | None:
+    """This thread's writer connection, as the driver's connection; None when the thread has
+    none (its appends were written by other threads', with theirs: `trm_store.append_queue`)."""
     backend = store._backend
     assert isinstance(backend, SqliteBackend)
-    raw = backend._writers._mine.conn.connection.dbapi_connection
+    conn = getattr(backend._writers._mine, "conn", None)
+    if conn is None or conn.closed:
+        return None
+    raw = conn.connection.dbapi_connection
     assert isinstance(raw, sqlite3.Connection)
     return raw
 
@@ -220,11 +224,13 @@ def test_closing_the_store_under_live_writer_threads(sqlite_url: str) -> None:
 
     def writer(n: int) -> None:
         store.append(f"w{n}", [added(n)])
-        first[n] = raw_writer(store)
+        if (raw := raw_writer(store)) is not None:
+            first[n] = raw
         appended[n].set()
         again.wait(JOIN_LIMIT)
         store.append(f"w{n}", [added(n)])
-        second[n] = raw_writer(store)
+        if (raw := raw_writer(store)) is not None:
+            second[n] = raw
 
     writers = [start(lambda n=n: writer(n)) for n in range(10)]  # type: ignore[misc]
     wait_all(appended)
@@ -232,6 +238,7 @@ def test_closing_the_store_under_live_writer_threads(sqlite_url: str) -> None:
     assert all(is_closed(raw) for raw in first.values())
     again.set()
     join(writers)
+    assert first and second
     assert all(is_closed(raw) for raw in second.values())
     assert not {id(r) for r in first.values()} & {id(r) for r in second.values()}
     assert totals(store) == {f"w{n}": (2 * n, 2) for n in range(10)}
@@ -249,7 +256,8 @@ def test_a_thread_pool_keeps_one_connection_per_worker_outside_the_readers_pool(
         def append(n: int) -> None:
             store.append(f"s{n % 7}", [added(1)])
             raw = raw_writer(store)
-            seen[id(raw)] = raw
+            if raw is not None:
+                seen[id(raw)] = raw
 
         with ThreadPoolExecutor(max_workers=8) as pool:
             for result in [pool.submit(append, n) for n in range(400)]:

@@ -49,7 +49,7 @@ from trm_store.domain.llm_calls.models import (
     STREAM,
 )
 from trm_store.domain.llm_calls.totals import define_totals, update_totals
-from trm_store.driver import DriverSql, fetch_all
+from trm_store.driver import DriverSql, fetch_all, padded_in
 from trm_store.events import RecordedEvent
 from trm_store.projections import Projection, register_projection
 from trm_store.schema import JsonColumn
@@ -202,9 +202,8 @@ def _recorded(conn: Connection, table: Table, calls: Sequence[Mapping[str, Any]]
 
 
 def _seen(conn: Connection, table: Table, ids: Sequence[str]) -> list[str]:
-    """Which of (at most `_CHUNK`) `ids` have a row. The IN list is padded to a power of two
-    with its last id, so a few statements, each compiled once, serve every batch size."""
-    size = 1 << (len(ids) - 1).bit_length()
+    """Which of (at most `_CHUNK`) `ids` have a row (`padded_in`: one statement per size)."""
+    size, params = padded_in(ids)
     statements: dict[int, DriverSql] = table.info.setdefault("trm_seen", {})
     statement = statements.get(size)
     if statement is None:
@@ -212,8 +211,7 @@ def _seen(conn: Connection, table: Table, ids: Sequence[str]) -> list[str]:
         statement = statements[size] = DriverSql(
             select(table.c.call_id).where(table.c.call_id.in_(names))
         )
-    padded = [*ids, *[ids[-1]] * (size - len(ids))]
-    return [i for (i,) in fetch_all(conn, statement, {f"i{k}": v for k, v in enumerate(padded)})]
+    return [i for (i,) in fetch_all(conn, statement, params)]
 
 
 def _source(event: RecordedEvent) -> str:

@@ -1,0 +1,226 @@
+"""Group commit (`trm_store.append_queue`): appends that threads make at once are written in one
+transaction, and each caller still gets exactly its own outcome.
+
+The groups here are made, not hoped for: the test's thread holds the store's write transaction,
+one thread's append takes the turn and waits for it, and the next appends queue behind; when the
+transaction ends, the first is written alone and the queued ones as one group (one INSERT, which
+a statement listener counts). Both backends.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Table, event
+
+from tests.store.helpers import Totals, added, replayed_totals, totals
+from trm_store import (
+    ConcurrencyError,
+    EventIdConflictError,
+    RecordedEvent,
+    Store,
+    open_store,
+)
+
+LIMIT = 60.0
+"""Seconds a thread may take to get where a test waits for it."""
+
+Outcome = list[RecordedEvent] | BaseException
+
+
+def _wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + LIMIT
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.005)
+
+
+class Inserts:
+    """Counts the INSERTs into the log the store sends (one per transaction that writes)."""
+
+    def __init__(self, store: Store) -> None:
+        self.count = 0
+        event.listen(store._backend.engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, *args: Any) -> None:
+        if args[2].lstrip().upper().startswith("INSERT INTO EVENTS"):
+            self.count += 1
+
+
+def grouped(
+    store: Store, first: Callable[[], object], rest: Sequence[Callable[[], object]]
+) -> list[Outcome]:
+    """Run `first`, then `rest` queued behind it, each in a thread of its own, while this
+    thread holds the write transaction; the outcomes, in the order given."""
+    outcomes: dict[int, Outcome] = {}
+
+    def run(n: int, call: Callable[[], object]) -> None:
+        try:
+            outcomes[n] = call()  # type: ignore[assignment]
+        except BaseException as e:
+            outcomes[n] = e
+
+    queue = store._appends
+    threads = []
+    with store.write_transaction():
+        threads.append(threading.Thread(target=run, args=(0, first), daemon=True))
+        threads[0].start()
+        _wait_for(lambda: queue._turn.locked() and not queue._queued, "the first append's turn")
+        for n, call in enumerate(rest, 1):
+            threads.append(threading.Thread(target=run, args=(n, call), daemon=True))
+            threads[-1].start()
+        _wait_for(lambda: len(queue._queued) == len(rest), "the others queued")
+    for thread in threads:
+        thread.join(LIMIT)
+        assert not thread.is_alive()
+    return [outcomes[n] for n in range(len(threads))]
+
+
+def log_of(store: Store) -> list[RecordedEvent]:
+    return list(store.read_all())
+
+
+def assert_log_is_whole(store: Store) -> None:
+    """Positions 1..n and each stream's versions 1..k, none skipped; totals match the log."""
+    log = log_of(store)
+    assert [e.position for e in log] == list(range(1, len(log) + 1))
+    versions: dict[str, list[int]] = {}
+    for e in log:
+        versions.setdefault(e.stream_id, []).append(e.version)
+    assert all(v == list(range(1, len(v) + 1)) for v in versions.values())
+    assert totals(store) == replayed_totals(store)
+
+
+def test_queued_appends_share_one_transaction_and_each_is_refused_alone(store: Store) -> None:
+    inserts = Inserts(store)
+    outcomes = grouped(
+        store,
+        lambda: store.append("warm", [added(1)]),
+        [
+            lambda: store.append("s1", [added(2)], expected_version=0),
+            lambda: store.append("s1", [added(3)], expected_version=0),  # s1 is at 1 by then
+            lambda: store.append("s1", [added(4), added(5)], expected_version=1),
+            lambda: store.append_batch([("s2", [added(6)], None), ("s3", [added(7)], 5)]),
+            lambda: store.append("s4", [added(8)], expected_version=0),
+        ],
+    )
+    assert inserts.count == 2  # the first alone, the five queued ones together
+    warm, first, refused, second, batch, last = outcomes
+    assert isinstance(refused, ConcurrencyError) and "at version 1, expected 0" in str(refused)
+    assert isinstance(batch, ConcurrencyError) and "'s3'" in str(batch)
+    log = log_of(store)
+    assert [warm, first, second, last] == [log[0:1], log[1:2], log[2:4], log[4:5]]
+    assert [(e.stream_id, e.version, e.data["amount"]) for e in log] == [
+        ("warm", 1, 1),
+        ("s1", 1, 2),
+        ("s1", 2, 4),
+        ("s1", 3, 5),
+        ("s4", 1, 8),
+    ]
+    assert_log_is_whole(store)
+
+
+def test_a_refused_id_in_a_group_leaves_every_other_append_its_own_outcome(store: Store) -> None:
+    (taken,) = store.append("owner", [added(1)])
+    retry = [added(1, event_id=taken.event_id)]
+    inserts = Inserts(store)
+    outcomes = grouped(
+        store,
+        lambda: store.append("warm", [added(2)]),
+        [
+            lambda: store.append("a", [added(3)]),
+            lambda: store.append("b", [added(4, event_id=taken.event_id)]),  # another stream
+            lambda: store.append("owner", retry),  # the same event again: a retry
+            lambda: store.append("c", [added(5)], expected_version=0),
+        ],
+    )
+    warm, a, conflict, again, c = outcomes
+    assert isinstance(conflict, EventIdConflictError)
+    assert again == [taken]
+    log = log_of(store)
+    assert [warm, a, c] == [log[1:2], log[2:3], log[3:4]]
+    assert [e.stream_id for e in log] == ["owner", "warm", "a", "c"]
+    assert inserts.count == 1 + 1 + 4  # the first; the group's, refused; then each alone
+    assert_log_is_whole(store)
+
+
+class Interrupting(Totals):
+    """The test projection, which raises KeyboardInterrupt once, at the amount 666: an
+    interrupt that reaches the thread writing a group (a signal's handler raises it there)."""
+
+    def __init__(self) -> None:
+        self.armed = True
+
+    def apply(
+        self, conn: Connection, tables: Mapping[str, Table], events: Sequence[RecordedEvent]
+    ) -> None:
+        if self.armed and any(e.data["amount"] == 666 for e in events):
+            self.armed = False
+            raise KeyboardInterrupt
+        super().apply(conn, tables, events)
+
+
+def test_an_interrupt_while_a_group_is_written_ends_only_the_writer_s_own_append(
+    store_url: str,
+) -> None:
+    """The group rolls back; the writing thread's append ends with the interrupt, unwritten;
+    every other append of the group goes back to the queue and is written once."""
+    with open_store(store_url, projections={"test_totals": Interrupting()}) as store:
+        outcomes = grouped(
+            store,
+            lambda: store.append("warm", [added(1)]),
+            [lambda n=n: store.append(f"s{n}", [added(666 if n == 2 else n)]) for n in range(1, 5)],
+        )
+        interrupted = [n for n, o in enumerate(outcomes) if isinstance(o, KeyboardInterrupt)]
+        assert len(interrupted) == 1, outcomes
+        log = log_of(store)
+        written = {e.stream_id: e for e in log}
+        for n, outcome in enumerate(outcomes[1:], 1):
+            if n in interrupted:
+                assert f"s{n}" not in written
+            else:
+                assert outcome == [written[f"s{n}"]]
+        assert len(log) == 4
+        assert_log_is_whole(store)
+
+
+def test_threads_appending_at_once_each_get_exactly_their_outcome(store: Store) -> None:
+    """8 threads, 5 streams, expected versions from reads that go stale: whatever was grouped,
+    each append that returned is in the log as returned, each refused one is nowhere in it."""
+    returned: list[list[RecordedEvent]] = []
+    refused: list[list[str]] = []
+    lock = threading.Lock()
+
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(30):
+            stream = f"s{rng.randrange(5)}"
+            expected = store.stream_version(stream) if rng.random() < 0.6 else None
+            ids = [str(uuid.uuid4()) for _ in range(rng.randint(1, 3))]
+            events = [added(rng.randint(1, 9), event_id=i) for i in ids]
+            try:
+                recorded = store.append(stream, events, expected_version=expected)
+            except ConcurrencyError:
+                with lock:
+                    refused.append(ids)
+                continue
+            assert [e.event_id for e in recorded] == ids
+            with lock:
+                returned.append(recorded)
+
+    threads = [threading.Thread(target=worker, args=(n,), daemon=True) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(LIMIT)
+        assert not thread.is_alive()
+    log = {e.event_id: e for e in log_of(store)}
+    assert sorted(log) == sorted(e.event_id for r in returned for e in r)
+    assert all(log[e.event_id] == e for r in returned for e in r)
+    assert not {i for ids in refused for i in ids} & set(log)
+    assert_log_is_whole(store)
