@@ -8,8 +8,10 @@ key. Left through, such a key made h11 or the encoder raise an error that carrie
 
 `Redactor` scrubs text before it is shown or stored: the key raw, as `repr` and JSON escape it,
 URL-encoded, and any run of `PARTIAL` or more consecutive characters of it (a server that echoes
-a truncated key, or a message cut in the middle of one) become `***`. `scrub_exception` applies
-it to an exception's args along its cause, context and `last_error` chain.
+a truncated key, or a message cut in the middle of one) become `***` (or `###`, `~~~`, `%%%` for
+a key that holds a `*`: fragments of it that `***` and its neighbours could spell again).
+`scrub_exception` applies it to an exception's args along its cause, context and `last_error`
+chain.
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ class Redactor:
         self._grams: frozenset[str] = frozenset()
         if not secret:
             return
+        self._marker = next((c * 3 for c in "*#~%" if c not in secret), "\u2026")
+        """`***`, or a marker of characters the key lacks: where it stands, no run of it can
+        form again with the text around it."""
         forms = {
             secret,
             repr(secret)[1:-1],
@@ -86,7 +91,7 @@ class Redactor:
         """`text` with every form of the secret, and every fragment of it, replaced."""
         if self._forms is None or not text:
             return text
-        text = self._forms.sub(REDACTED, text)
+        text = self._forms.sub(self._marker, text)
         size, grams = self._size, self._grams
         hidden = [False] * len(text)
         for i in range(len(text) - size + 1):
@@ -99,7 +104,7 @@ class Redactor:
             if not hidden[i]:
                 out.append(char)
             elif i == 0 or not hidden[i - 1]:
-                out.append(REDACTED)
+                out.append(self._marker)
         return "".join(out)
 
 

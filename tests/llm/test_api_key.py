@@ -202,3 +202,18 @@ def test_redaction_removes_every_long_fragment(
     out = redact(before + fragment + after)
     grams = {secret[i : i + min(PARTIAL, len(secret))] for i in range(len(secret))}
     assert not any(g and len(g) == min(PARTIAL, len(secret)) and g in out for g in grams)
+
+
+MARKED = st.text(st.sampled_from("*#~%ab"), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(secret=MARKED.filter(bool), text=st.lists(st.one_of(MARKED, st.just("KEY")), max_size=6))
+def test_redaction_never_spells_the_key_again_with_its_own_marker(
+    secret: str, text: list[str]
+) -> None:
+    """A key made of the marker's characters (`*`, a one-character key): the marker that
+    replaces it, next to what surrounds it, must not spell a run of it again."""
+    out = Redactor(secret)("".join(secret if part == "KEY" else part for part in text))
+    size = min(PARTIAL, len(secret))
+    assert not any(secret[i : i + size] in out for i in range(len(secret) - size + 1))
