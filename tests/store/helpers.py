@@ -1,12 +1,13 @@
-"""A small event type and projection the store tests drive the log with, and a child process
-that writes to a store and dies (a SIGKILLed writer, for the lease tests)."""
+"""A small event type and projection the store tests drive the log with, a child process that
+writes to a store and dies (a SIGKILLed writer, for the lease tests), and a forked child."""
 
 from __future__ import annotations
 
 import gc
+import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -28,6 +29,23 @@ def die_in_a_child(url: str, stream_key: str, body: str) -> None:
         "os._exit(0)\n"
     )
     subprocess.run([sys.executable, "-c", code, url, stream_key], cwd=ROOT, check=True, timeout=60)
+
+
+def in_a_forked_child(body: Callable[[], bytes]) -> bytes:
+    """What `body` returns when run in a forked child (which then exits at once, skipping every
+    cleanup of the parent's state it inherited); b"" if it raised."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write, body())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        said = pipe.read()
+    os.waitpid(pid, 0)
+    return said
 
 
 class Added(BaseModel):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
 
+from tests.store.helpers import in_a_forked_child
 from trm_store.event_ids import check_event_id, new_event_id
 
 
@@ -62,17 +62,8 @@ def test_a_forked_child_draws_other_random_bits_than_its_parent() -> None:
     """The parent's unused pool must not be drawn from in the child too: in the same
     millisecond both would write the same ids."""
     new_event_id()  # the pool is filled, most of it unused
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.write(write, ",".join(new_event_id() for _ in range(100)).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        theirs = pipe.read().split(",")
-    os.waitpid(pid, 0)
+    said = in_a_forked_child(lambda: ",".join(new_event_id() for _ in range(100)).encode())
+    theirs = said.decode().split(",")
     ours = [new_event_id() for _ in range(100)]
     assert len(theirs) == 100
     assert not {i[15:] for i in theirs} & {i[15:] for i in ours}  # past the milliseconds

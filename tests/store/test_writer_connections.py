@@ -3,7 +3,6 @@ when their thread ends, fork-safe, never nested."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -12,6 +11,7 @@ import pytest
 from pydantic import BaseModel
 from sqlalchemy import Connection
 
+from tests.store.helpers import in_a_forked_child
 from trm_store import NewEvent, Store, StoreError, open_store, register_event_type
 from trm_store.sqlite import SqliteBackend
 from trm_store.writer_connections import WriterConnections
@@ -106,22 +106,15 @@ def test_a_forked_child_opens_its_own_connection_and_the_parent_keeps_writing(
     with open_store(sqlite_url) as store:
         store.append("s", ping(1))
         parent_conn = mine(store)
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: append through the inherited store, report, exit at once
-            code = 1
-            try:
-                if child_closes_first:  # must leave the parent's connection alone
-                    store.close()
-                store.append("s", ping(2))
-                own = mine(store)
-                code = 0 if own is not parent_conn and not parent_conn.closed else 2
-            finally:
-                os.write(write, bytes([code]))
-                os._exit(0)
-        os.close(write)
-        child_code = os.read(read, 1)
-        os.waitpid(pid, 0)
+
+        def child() -> bytes:  # append through the inherited store
+            if child_closes_first:  # must leave the parent's connection alone
+                store.close()
+            store.append("s", ping(2))
+            own = mine(store)
+            return bytes([0 if own is not parent_conn and not parent_conn.closed else 2])
+
+        child_code = in_a_forked_child(child)
         assert child_code == bytes([0])
         store.append("s", ping(3))
         assert mine(store) is parent_conn
@@ -148,19 +141,13 @@ def test_a_fork_leaves_the_connections_of_the_parent_s_other_threads_alone(
         thread = threading.Thread(target=worker, daemon=True)
         thread.start()
         assert appended.wait(30)
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                code = 2 if theirs[0].closed else 0
-                store.append("c", ping(2))
-            finally:
-                os.write(write, bytes([code]))
-                os._exit(0)
-        os.close(write)
-        child_code = os.read(read, 1)
-        os.waitpid(pid, 0)
+
+        def child() -> bytes:
+            code = 2 if theirs[0].closed else 0
+            store.append("c", ping(2))
+            return bytes([code])
+
+        child_code = in_a_forked_child(child)
         assert child_code == bytes([0])
         release.set()
         thread.join(30)

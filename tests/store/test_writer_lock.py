@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.store.helpers import ROOT, TOTALS, added
+from tests.store.helpers import ROOT, TOTALS, added, in_a_forked_child
 from trm_store import Store, StoreError, open_store
 from trm_store.sqlite import SqliteBackend
 from trm_store.sqlite_writer_lock import WriterLock
@@ -86,28 +86,21 @@ def test_a_forked_child_does_not_share_its_parent_s_file_lock(sqlite_url: str) -
     would take the lock its parent holds."""
     with open_store(sqlite_url, projections=TOTALS) as store:
         store.append("s", [added(1)])  # the lock's file is open
-        read, write = os.pipe()
         with store.write_transaction():
-            pid = os.fork()
-            if pid == 0:
-                code = 1
-                try:
-                    lock = lock_of(store)
-                    lock._timeout = 0.3
-                    try:
-                        lock.acquire()
-                        code = 2  # taken while the parent holds it
-                    except StoreError as e:
-                        code = 0 if "another process" in str(e) else 3
-                finally:
-                    os.write(write, bytes([code]))
-                    os._exit(0)
-            os.close(write)
-            child_code = os.read(read, 1)
-            os.waitpid(pid, 0)
-        assert child_code == bytes([0])
+            said = in_a_forked_child(lambda: take_within(lock_of(store), 0.3))
+        assert said == b"waited for another process"
         store.append("s", [added(2)])
         assert store.stream_version("s") == 2
+
+
+def take_within(lock: WriterLock, seconds: float) -> bytes:
+    """In a forked child: what taking its store's lock came to."""
+    lock._timeout = seconds
+    try:
+        lock.acquire()
+    except StoreError as e:
+        return b"waited for another process" if "another process" in str(e) else b"other error"
+    return b"taken"
 
 
 def test_a_store_whose_lock_file_cannot_be_opened_still_writes(sqlite_url: str) -> None:
