@@ -197,6 +197,8 @@ class Plan:
     heads: Statement | None
     """The log head and the first stream's version in one statement, when the store does that."""
     stream_head: Statement
+    """The versions of the streams after the first (`trm_store.log.stream_heads`), learned
+    for one stream: the reference widens its IN list."""
     insert: str
     columns: tuple[str, ...]
     advance: Statement | None
@@ -243,13 +245,17 @@ class RawLog:
         else:
             assert plan.head is not None
             previous = self._step(plan.head, {})[0][0]
+        others = list(dict.fromkeys(s for s, _ in prepared if s not in versions))
+        if others:  # the other streams' versions in one query, its IN list padded as the store's
+            size = 1 << (len(others) - 1).bit_length()
+            sql = IN_LIST.sub(f"IN ({', '.join('?' * size)})", plan.stream_head.sql)
+            found = dict(self._run(sql, [*others, *[others[-1]] * (size - len(others))]))
+            versions.update({s: found.get(s, 0) for s in others})
         position = previous
         rows: list[Any] = []
         recorded = []
         named = ":position" in plan.insert
         for stream, evs in prepared:
-            if stream not in versions:
-                versions[stream] = self._step(plan.stream_head, {Var.STREAM: stream})[0][0]
             for eid, data, meta in evs:
                 position += 1
                 versions[stream] += 1
