@@ -14,12 +14,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError, SQLAlchemyError
 
 from trm_store.append_queue import AppendQueue, QueuedAppend
 from trm_store.backend import Backend, reading, store_error
 from trm_store.driver import DriverSql, bind_processor, execute_many
-from trm_store.errors import ConcurrencyError, EventValidationError
+from trm_store.errors import ConcurrencyError, EventValidationError, StoreError
 from trm_store.event_reuse import duplicate_id, event_ids, retried
 from trm_store.events import RecordedEvent, recorded_event
 from trm_store.log import events_by_id, stream_heads
@@ -35,6 +35,14 @@ INSERT_EVENTS = DriverSql(
 )
 """The event rows of an append, sent with one `executemany` (`trm_store.driver`): JSON
 already serialised, `recorded_at` through its column type's `bind_processor`."""
+
+
+def _everyones(error: StoreError) -> bool:
+    """A failure of the transaction itself, not of one append's rows: the writer lock or the
+    busy timeout (raised by the store, no cause), the connection, the disk or the COMMIT (the
+    driver's OperationalError / InterfaceError)."""
+    cause = error.__cause__
+    return cause is None or isinstance(cause, OperationalError | InterfaceError)
 
 
 class _EventIdTaken(Exception):
@@ -66,14 +74,23 @@ class Appender:
 
     def write_group(self, group: list[QueuedAppend]) -> None:
         """Decide every append of `group`: in one transaction when there are several, each
-        refused alone by a stream not at its expected version. When that transaction fails (an
-        event id taken, a database error) or an append may be a retry, the appends concerned are
-        written one by one, each to its own outcome."""
+        refused alone by a stream not at its expected version.
+
+        A database error (the lock held past the busy timeout, a lost connection, a COMMIT
+        whose outcome is unknown) is every append's: each caller gets it, as from an append
+        of its own, at once. A failure one append may have caused (an event id taken, a
+        projection's error), and an append that may be a retry, send the appends concerned
+        through one by one, each to its own outcome.
+        """
         alone = group
         if len(group) > 1:
             try:
                 outcomes = self._write([queued.prepared for queued in group])
-            except Exception:
+            except Exception as e:
+                if isinstance(e, StoreError) and _everyones(e):
+                    for queued in group:
+                        queued.error = e
+                    return
                 outcomes = None
             if outcomes is not None:
                 alone = []

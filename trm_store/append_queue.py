@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
+from trm_store.errors import StoreError
 from trm_store.events import RecordedEvent
 from trm_store.prepare import PreparedAppend
 
@@ -57,11 +59,11 @@ class AppendQueue:
     def __init__(self, write_group: WriteGroup) -> None:
         self._write_group = write_group
         self._fresh()
+        _queues.add(self)
 
     def _fresh(self) -> None:
-        """New locks: the first append of a forked child, whose parent's threads (one may have
-        held the turn at the fork) do not exist in it."""
-        self._pid = os.getpid()
+        """New locks and an empty queue (also in a forked child: its parent's threads, one of
+        which may have held the turn at the fork, do not exist in it)."""
         self._turn = threading.Lock()
         self._queued_lock = threading.Lock()
         self._queued: list[QueuedAppend] = []
@@ -69,29 +71,42 @@ class AppendQueue:
 
     def append(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent]:
         """Write `prepared`, with whatever else is queued when its turn comes."""
-        if self._pid != os.getpid():
-            self._fresh()
         mine = QueuedAppend(prepared)
         if getattr(self._holders, "depth", 0):
-            # This thread holds the store's write transaction (`holding_writer`): the append
-            # goes alone, to the same immediate refusal as before (no nesting), and never
-            # waits for a turn whose writer would wait for this thread's transaction.
+            # This thread holds the store's write transaction (`holding_writer`), or is writing
+            # a group (a projection or a signal handler appending): the append goes alone, to
+            # the same immediate refusal as before (no nesting), and never waits for a turn
+            # that this thread holds or whose writer waits for this thread's transaction.
             self._write_group([mine])
         else:
             with self._queued_lock:
                 self._queued.append(mine)
-            with self._turn:
-                if not mine.decided:
-                    self._write_queued(mine)
+            try:
+                with self._turn:
+                    if not mine.decided:
+                        self._write_queued(mine)
+            except BaseException:
+                # Interrupted (waiting for the turn, or writing): an append still queued was
+                # written by nobody, and must not be by the next writer, after its caller was
+                # told it was interrupted.
+                with self._queued_lock:
+                    if mine in self._queued:
+                        self._queued.remove(mine)
+                raise
         if mine.error is not None:
             raise mine.error
-        assert mine.recorded is not None, "a written append is decided"
+        if mine.recorded is None:
+            raise StoreError("an append was left undecided: nothing of it was written")
         return mine.recorded
 
     def _write_queued(self, mine: QueuedAppend) -> None:
-        with self._queued_lock:
-            group, self._queued = self._queued, []
+        group: list[QueuedAppend] = []
+        self._holders.depth = getattr(self._holders, "depth", 0) + 1
         try:
+            with self._queued_lock:
+                group, self._queued = self._queued, []
+            if not mine.decided and mine not in group:
+                group.append(mine)  # queued where no writer looks (never, short of a bug)
             self._write_group(group)
         except BaseException:
             # Interrupted (the caller's KeyboardInterrupt): whether the group committed is
@@ -104,6 +119,8 @@ class AppendQueue:
             with self._queued_lock:
                 self._queued[:0] = undecided
             raise
+        finally:
+            self._holders.depth -= 1
 
     @contextmanager
     def holding_writer(self, transaction: AbstractContextManager[T]) -> Iterator[T]:
@@ -114,3 +131,17 @@ class AppendQueue:
                 yield held
         finally:
             self._holders.depth -= 1
+
+
+_queues: weakref.WeakSet[AppendQueue] = weakref.WeakSet()
+"""Every store's queue in this process, made fresh in a forked child before any of its threads
+runs (two threads each finding the queue stale would each replace it, losing what the other
+queued)."""
+
+
+def _fresh_queues_in_child() -> None:
+    for queue in list(_queues):
+        queue._fresh()
+
+
+os.register_at_fork(after_in_child=_fresh_queues_in_child)

@@ -129,21 +129,26 @@ _STREAM_HEADS: dict[int, DriverSql] = {}
 
 
 def stream_heads(conn: Connection, stream_ids: Sequence[str]) -> dict[str, int]:
-    """The current version of each of (non-empty) `stream_ids`, in one query (one row per
+    """The current version of each of `stream_ids`, `_STREAMS_PER_QUERY` at a time (one row per
     existing stream, from the (stream_id, stream_version) index): an append to many streams."""
-    size, params = padded_in(stream_ids)
-    statement = _STREAM_HEADS.get(size)
-    if statement is None:
-        names = ", ".join(f":i{k}" for k in range(size))
-        statement = _STREAM_HEADS[size] = DriverSql(
-            f"SELECT stream_id, max(stream_version) FROM events WHERE stream_id IN ({names})"
-            " GROUP BY stream_id"
-        )
     versions = dict.fromkeys(stream_ids, 0)
-    versions.update(
-        (stream_id, int(version)) for stream_id, version in fetch_all(conn, statement, params)
-    )
+    for k in range(0, len(stream_ids), _STREAMS_PER_QUERY):
+        size, params = padded_in(stream_ids[k : k + _STREAMS_PER_QUERY])
+        statement = _STREAM_HEADS.get(size)
+        if statement is None:
+            names = ", ".join(f":i{n}" for n in range(size))
+            statement = _STREAM_HEADS[size] = DriverSql(
+                f"SELECT stream_id, max(stream_version) FROM events WHERE stream_id IN ({names})"
+                " GROUP BY stream_id"
+            )
+        versions.update(
+            (stream, int(version)) for stream, version in fetch_all(conn, statement, params)
+        )
     return versions
+
+
+_STREAMS_PER_QUERY = 512
+"""Under every backend's limit on a statement's parameters (SQLite's oldest: 999)."""
 
 
 _AFTER = {

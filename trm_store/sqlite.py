@@ -212,6 +212,7 @@ class SqliteBackend:
 
     def close(self) -> None:
         self._writers.close()
+        self._writer_lock.close_file()
         self.engine.dispose()
 
     @contextmanager

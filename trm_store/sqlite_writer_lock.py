@@ -107,12 +107,25 @@ class WriterLock:
                 time.sleep(retry)
                 retry = min(retry * 2, _LAST_RETRY_S)
 
+    def close_file(self) -> None:
+        """Close the lock's file unless a thread of this process holds the lock (a store is
+        closing); the next write opens it again."""
+        if self._lock.acquire(blocking=False):
+            try:
+                if self._depth == 0:
+                    self._forget_file()
+            finally:
+                self._lock.release()
+
     def forget_after_fork(self) -> None:
         """In a forked child: a fresh lock, and a descriptor of its own when it next writes
         (closing the inherited one leaves the parent's `flock` alone: the parent's descriptor
         still holds it)."""
         self._lock = threading.RLock()
         self._depth = 0
+        self._forget_file()
+
+    def _forget_file(self) -> None:
         if self._close_fd is not None:
             self._close_fd()
         self._fd = self._close_fd = None

@@ -9,21 +9,27 @@ a statement listener counts). Both backends.
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import sqlite3
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import pytest
 from sqlalchemy import Connection, Table, event
 
-from tests.store.helpers import Totals, added, replayed_totals, totals
+import trm_store.sqlite
+from tests.store.helpers import TOTALS, Totals, added, in_a_forked_child, replayed_totals, totals
 from trm_store import (
     ConcurrencyError,
     EventIdConflictError,
     RecordedEvent,
     Store,
+    StoreError,
     open_store,
 )
 
@@ -224,3 +230,179 @@ def test_threads_appending_at_once_each_get_exactly_their_outcome(store: Store) 
     assert all(log[e.event_id] == e for r in returned for e in r)
     assert not {i for ids in refused for i in ids} & set(log)
     assert_log_is_whole(store)
+
+
+# -- found by review: each of these failed on the first version of group commit -------------------
+
+
+def test_an_append_interrupted_while_it_waits_for_its_turn_is_never_written(
+    store: Store,
+) -> None:
+    """The caller was told it was interrupted: the next writer must not write it later. (The
+    main thread's wait is the one a signal interrupts, as Ctrl-C would.)"""
+    queue = store._appends
+    holding, release = threading.Event(), threading.Event()
+
+    def writer_holding_the_turn() -> None:
+        with queue._turn:
+            holding.set()
+            release.wait(LIMIT)
+
+    def interrupt(*_: object) -> None:
+        raise Interrupted
+
+    holder = threading.Thread(target=writer_holding_the_turn, daemon=True)
+    holder.start()
+    assert holding.wait(LIMIT)
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1))
+    try:
+        timer.start()
+        with pytest.raises(Interrupted):
+            store.append("mine", [added(42)])
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+        release.set()
+        holder.join(LIMIT)
+    store.append("other", [added(1)])
+    assert [e.stream_id for e in log_of(store)] == ["other"]
+
+
+class Interrupted(BaseException):
+    """What the test's signal handler raises: an interrupt, as KeyboardInterrupt is."""
+
+
+class Appending(Totals):
+    """The test projection, which appends to its own store while it applies (a nested write)."""
+
+    store: Store | None = None
+
+    def apply(
+        self, conn: Connection, tables: Mapping[str, Table], events: Sequence[RecordedEvent]
+    ) -> None:
+        super().apply(conn, tables, events)
+        if self.store is not None and any(e.stream_id == "trigger" for e in events):
+            self.store.append("nested", [added(0)])
+
+
+def test_an_append_from_inside_a_group_s_write_is_refused_at_once(sqlite_url: str) -> None:
+    """Not a hang on the writer's own turn: the same "do not nest" error as before."""
+    projection = Appending()
+    with open_store(sqlite_url, projections={"test_totals": projection}) as store:
+        projection.store = store
+        outcome: list[object] = []
+        thread = threading.Thread(
+            target=lambda: outcome.append(_outcome(lambda: store.append("trigger", [added(1)]))),
+            daemon=True,
+        )
+        thread.start()
+        thread.join(LIMIT)
+        assert not thread.is_alive(), "the nested append hung"
+        assert isinstance(outcome[0], StoreError) and "do not nest" in str(outcome[0])
+        store.append("after", [added(2)])  # the store still writes
+        assert [e.stream_id for e in log_of(store)] == ["after"]
+
+
+def _outcome(call: Callable[[], object]) -> object:
+    try:
+        return call()
+    except Exception as e:
+        return e
+
+
+def test_a_database_error_of_the_group_s_transaction_reaches_every_append_at_once(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another program holds the database past the busy timeout: the group's callers get that
+    error from the group's one try, not one timeout more each."""
+    monkeypatch.setattr(trm_store.sqlite, "BUSY_TIMEOUT_MS", 300)
+    with open_store(sqlite_url, projections=TOTALS) as store:
+        store.append("warm", [added(1)])
+        begins = Statements(store, "BEGIN IMMEDIATE")
+        other = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+        outcomes: dict[int, object] = {}
+        threads = [
+            threading.Thread(
+                target=lambda n=n: outcomes.__setitem__(
+                    n, _outcome(lambda: store.append(f"s{n}", [added(n)]))
+                ),
+                daemon=True,
+            )
+            for n in range(5)
+        ]
+        queue = store._appends
+        try:
+            with queue._turn:  # all five queue behind it, and go as one group
+                for thread in threads:
+                    thread.start()
+                _wait_for(lambda: len(queue._queued) == 5, "the five queued")
+                other.execute("BEGIN IMMEDIATE")
+            for thread in threads:
+                thread.join(LIMIT)
+        finally:
+            other.close()
+        assert all(
+            isinstance(o, StoreError) and "busy timeout" in str(o) for o in outcomes.values()
+        )
+        assert begins.count == 1
+        assert [e.stream_id for e in log_of(store)] == ["warm"]
+
+
+class Statements:
+    """Counts the statements the store sends that start with `prefix`."""
+
+    def __init__(self, store: Store, prefix: str) -> None:
+        self.count = 0
+        self._prefix = prefix
+        event.listen(store._backend.engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, *args: Any) -> None:
+        if args[2].lstrip().startswith(self._prefix):
+            self.count += 1
+
+
+def test_an_append_batch_to_more_streams_than_one_query_takes(store: Store) -> None:
+    """The streams' versions are read in chunks: no IN list past a database's parameter limit
+    (on SQLite the test lowers it to the oldest builds' 999; PostgreSQL's is 65,535)."""
+    if store.dialect == "sqlite":
+        backend = store._backend
+        assert isinstance(backend, trm_store.sqlite.SqliteBackend)
+        raw = backend._writers.current().connection.dbapi_connection
+        assert isinstance(raw, sqlite3.Connection)
+        raw.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+    streams = 3 * 512 + 5
+    recorded = store.append_batch([(f"s{k}", [added(k)], None) for k in range(streams)])
+    assert len(recorded) == streams and all(e.version == 1 for e in recorded)
+    again = store.append_batch([(f"s{k}", [added(k)], 1) for k in range(0, streams, 7)])
+    assert all(e.version == 2 for e in again)
+
+
+def test_a_forked_child_s_threads_append_through_a_fresh_queue(sqlite_url: str) -> None:
+    """Forked while a parent's thread held the turn: the child's threads, appending at once,
+    each get their append written."""
+    with open_store(sqlite_url, projections=TOTALS) as store:
+        store.append("parent", [added(0)])
+
+        def child() -> bytes:
+            if store._appends._turn.locked():
+                return b"the parent's turn is still held in the child"
+            barrier = threading.Barrier(4)
+            done: list[object] = []
+
+            def one(n: int) -> None:
+                barrier.wait()
+                done.append(_outcome(lambda: store.append(f"c{n}", [added(n)])))
+
+            threads = [threading.Thread(target=one, args=(n,)) for n in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+            ok = all(isinstance(d, list) and len(d) == 1 for d in done) and len(done) == 4
+            return b"ok" if ok else repr(done).encode()
+
+        with store._appends._turn:  # held by this thread when the child is forked
+            said = in_a_forked_child(child)
+        assert said == b"ok"
+        assert {e.stream_id for e in log_of(store)} == {"parent", "c0", "c1", "c2", "c3"}

@@ -111,3 +111,28 @@ def test_a_store_whose_lock_file_cannot_be_opened_still_writes(sqlite_url: str) 
         with store.write_transaction():
             pass
         assert store.stream_version("s") == 1
+
+
+def test_closing_the_store_closes_the_lock_s_file(sqlite_url: str) -> None:
+    """A closed store kept alive holds no descriptor of `<file>-writer`; a write reopens it."""
+    writer_file = Path(sqlite_url.removeprefix("sqlite:///") + "-writer").resolve()
+
+    def open_on_it() -> int:
+        fds = Path("/proc/self/fd")
+        return sum(1 for fd in fds.iterdir() if _target(fd) == writer_file)
+
+    store = open_store(sqlite_url, projections=TOTALS)
+    store.append("s", [added(1)])
+    assert open_on_it() == 1
+    store.close()
+    assert open_on_it() == 0
+    store.append("s", [added(2)])
+    assert open_on_it() == 1
+    store.close()
+
+
+def _target(fd: Path) -> Path | None:
+    try:
+        return Path(os.readlink(fd))
+    except OSError:
+        return None
