@@ -105,8 +105,6 @@ class AppendQueue:
         try:
             with self._queued_lock:
                 group, self._queued = self._queued, []
-            if not mine.decided and mine not in group:
-                group.append(mine)  # queued where no writer looks (never, short of a bug)
             self._write_group(group)
         except BaseException:
             # Interrupted (the caller's KeyboardInterrupt): whether the group committed is

@@ -46,18 +46,6 @@ def _wait_for(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.005)
 
 
-class Inserts:
-    """Counts the INSERTs into the log the store sends (one per transaction that writes)."""
-
-    def __init__(self, store: Store) -> None:
-        self.count = 0
-        event.listen(store._backend.engine, "before_cursor_execute", self._seen)
-
-    def _seen(self, *args: Any) -> None:
-        if args[2].lstrip().upper().startswith("INSERT INTO EVENTS"):
-            self.count += 1
-
-
 def grouped(
     store: Store, first: Callable[[], object], rest: Sequence[Callable[[], object]]
 ) -> list[Outcome]:
@@ -103,7 +91,7 @@ def assert_log_is_whole(store: Store) -> None:
 
 
 def test_queued_appends_share_one_transaction_and_each_is_refused_alone(store: Store) -> None:
-    inserts = Inserts(store)
+    inserts = Statements(store, "INSERT INTO events")
     outcomes = grouped(
         store,
         lambda: store.append("warm", [added(1)]),
@@ -134,7 +122,7 @@ def test_queued_appends_share_one_transaction_and_each_is_refused_alone(store: S
 def test_a_refused_id_in_a_group_leaves_every_other_append_its_own_outcome(store: Store) -> None:
     (taken,) = store.append("owner", [added(1)])
     retry = [added(1, event_id=taken.event_id)]
-    inserts = Inserts(store)
+    inserts = Statements(store, "INSERT INTO events")
     outcomes = grouped(
         store,
         lambda: store.append("warm", [added(2)]),
