@@ -9,16 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from threading import BoundedSemaphore
 
 from sqlalchemy import URL, Connection, Engine, Table, create_engine, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
-from trm_store.driver import DriverSql, execute
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
 from trm_store.log import heads
 from trm_store.postgres_read_only import guard_read_only
+from trm_store.postgres_writers import PostgresWriters
 from trm_store.rebuild_lock import RebuildLock, advisory_rebuild_lock
 from trm_store.wakeups import NOTIFY_APPENDED
 
@@ -28,18 +27,18 @@ APPEND_LOCK_NAMESPACE = 0x74726141  # "trmA"; the rebuild lock's key space is an
 """The append lock is (namespace, hash of the schema): one writer at a time per store, while
 stores in other schemas of the same database append in parallel."""
 WRITER_SLOTS = 4
-"""How many of the pool's connections (5, and 10 more on demand) writers may hold at once.
+"""How many connections a store's writers hold at once (`trm_store.postgres_writers`), besides
+the pool (5, and 10 more on demand), which stays the readers'.
 
-Appends queue for the append lock holding a connection: unbounded, writers could hold the whole
-pool while they wait, and every read of the process would wait for the pool's timeout (30 s)
-and fail. A few connections are all writers use anyway (they run one at a time); the others wait
-in the process, and the rest of the pool stays the readers'."""
+Appends queue for the append lock holding a connection: unbounded, 100 writing threads would
+open 100 connections to wait on one lock. A few connections are all writers use anyway (they
+run one at a time); the others wait in the process."""
 _READ_ONLY = "-c default_transaction_read_only=on"
 # coalesce: with no schema on the search path current_schema() is NULL, and a strict lock
 # function given NULL would lock nothing.
 _LOCK = f"pg_advisory_xact_lock({APPEND_LOCK_NAMESPACE}, hashtext(coalesce(current_schema(), '')))"
-_APPEND_LOCK = DriverSql(f"SELECT {_LOCK}")
-_APPEND_LOCK_AND_NOTIFY = DriverSql(f"SELECT {_LOCK}, {NOTIFY_APPENDED}")
+_APPEND_LOCK = f"SELECT {_LOCK}"
+_APPEND_LOCK_AND_NOTIFY = f"SELECT {_LOCK}, {NOTIFY_APPENDED}"
 _UNDEFINED_TABLE = "42P01"
 
 
@@ -69,7 +68,7 @@ class PostgresBackend:
         self.engine: Engine = create_engine(
             url, connect_args=connect_args, pool_pre_ping=True, json_serializer=serialize_json
         )
-        self._writer_slots = BoundedSemaphore(WRITER_SLOTS)
+        self._writers = PostgresWriters(self.engine, WRITER_SLOTS)
         if read_only:
             guard_read_only(self.engine, self.describe())
 
@@ -91,15 +90,14 @@ class PostgresBackend:
             yield (conn, *heads(conn, stream_id))
 
     @contextmanager
-    def _locked(self, lock: DriverSql, conn: Connection | None = None) -> Iterator[Connection]:
+    def _locked(self, lock: str, conn: Connection | None = None) -> Iterator[Connection]:
         self._refuse_if_read_only()
-        # A caller's own connection (a rebuild's) is not one of the writers' share of the pool.
-        with (
-            nullcontext() if conn is not None else self._writer_slots,
-            nullcontext(conn) if conn is not None else self.engine.connect() as conn,
-            conn.begin(),
-        ):
-            execute(conn, lock, {})
+        if conn is None:  # a writer's connection, the lock taken in the round trip of `BEGIN`
+            with self._writers.transaction(lock) as conn:
+                yield conn
+            return
+        with conn.begin():  # a caller's own connection (a rebuild's)
+            conn.exec_driver_sql(lock)
             yield conn
 
     def rebuild_lock(self, *, wait: bool) -> AbstractContextManager[RebuildLock | None]:
@@ -111,6 +109,7 @@ class PostgresBackend:
             raise ReadOnlyStoreError(f"store {self.describe()} was opened read_only=True")
 
     def close(self) -> None:
+        self._writers.close()
         self.engine.dispose()
 
     @contextmanager

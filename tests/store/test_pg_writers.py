@@ -1,0 +1,117 @@
+"""PostgreSQL writers keep their connections and begin each transaction in the round trip that
+takes the append lock (`trm_store.postgres_writers`): no pre-ping, no `BEGIN` alone, and a kept
+connection that died while idle is replaced before anything is written."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+
+import pytest
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import ExceptionContext
+
+from tests.store.helpers import TOTALS, added, in_a_forked_child, totals
+from tests.store.round_trip_proxy import round_trip_proxy
+from trm_store import open_store
+from trm_store.connect import normalise_url
+from trm_store.postgres import WRITER_SLOTS
+
+pytestmark = pytest.mark.postgres
+
+
+def _terminate_idle_backends(url: str) -> int:
+    """Kill every idle backend of this database but the caller's; how many."""
+    admin = create_engine(normalise_url(url))
+    try:
+        with admin.begin() as conn:
+            return len(
+                conn.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                        " AND state = 'idle' AND application_name = 'trm-writer-test'"
+                    )
+                ).all()
+            )
+    finally:
+        admin.dispose()
+
+
+def test_an_append_takes_one_round_trip_per_statement_and_no_more(pg_url: str) -> None:
+    """`BEGIN` with the lock, the heads, the INSERT, COMMIT: before, the pool's pre-ping and
+    psycopg's lone `BEGIN` made six. (psycopg prepares a statement on its fifth run, which costs
+    that append one more: the most common count is the steady one.)"""
+    with round_trip_proxy(pg_url) as (proxy, url), open_store(url, projections={}) as s:
+        s.append("s", [added(1)])
+        counted = []
+        for n in range(2, 12):
+            before = proxy.round_trips
+            s.append("s", [added(n)])
+            counted.append(proxy.round_trips - before)
+        assert statistics.mode(counted) == 4, counted
+        assert [e.version for e in s.read_stream("s")] == list(range(1, 12))
+
+
+def test_a_writer_connection_killed_while_idle_is_replaced_before_anything_is_written(
+    pg_url: str,
+) -> None:
+    url = pg_url + "&application_name=trm-writer-test"
+    with open_store(url, projections=TOTALS) as store:
+        store.append("s", [added(1)])
+        disconnects: list[bool] = []
+
+        @event.listens_for(store._backend.engine, "handle_error")
+        def _seen(context: ExceptionContext) -> None:
+            disconnects.append(context.is_disconnect)
+
+        assert _terminate_idle_backends(url) >= 1
+        [second] = store.append("s", [added(2)])  # no error reaches the caller
+        [third] = store.append("s", [added(3)])
+        assert disconnects == [True]  # the kept connection's death was seen, once
+        assert (second.position, third.position) == (2, 3)
+        assert totals(store) == {"s": (6, 3)}
+
+
+def test_writers_hold_at_most_their_slots_of_connections_and_close_them(pg_url: str) -> None:
+    with round_trip_proxy(pg_url) as (proxy, url):
+        store = open_store(url, projections=TOTALS)
+        start = threading.Barrier(16)
+
+        def write(k: int) -> None:
+            start.wait()
+            for n in range(20):
+                store.append(f"s{k}", [added(n)])
+
+        threads = [threading.Thread(target=write, args=(k,)) for k in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        opened = proxy.connections
+        assert totals(store) == {f"s{k}": (190, 20) for k in range(16)}
+        store.close()
+        # The writers' connections, and the pool's for the reads (bootstrap's and totals').
+        assert opened <= WRITER_SLOTS + 2
+        deadline = threading.Event()
+        for _ in range(100):
+            if proxy.open_connections == 0:
+                break
+            deadline.wait(0.02)
+        assert proxy.open_connections == 0
+
+
+def test_a_forked_child_writes_on_connections_of_its_own(pg_url: str) -> None:
+    with round_trip_proxy(pg_url) as (proxy, url), open_store(url, projections=TOTALS) as store:
+        store.append("s", [added(1)])
+        before = proxy.connections
+
+        def child() -> bytes:
+            [event_] = store.append("s", [added(2)])
+            return str(event_.position).encode()
+
+        assert in_a_forked_child(child) == b"2"
+        assert proxy.connections > before  # the child opened its own
+        [third] = store.append("s", [added(3)])  # the parent's kept connection still works
+        assert third.position == 3
+        assert totals(store) == {"s": (6, 3)}

@@ -1,0 +1,144 @@
+"""The writers' connections of a PostgreSQL store: kept open between appends, each transaction
+begun in the round trip that takes the append lock.
+
+An append used to pay two round trips before its first statement: the pool's pre-ping
+(`SELECT 1` at checkout) and psycopg's `BEGIN`, which it sends alone before the first statement
+of a transaction. On loopback here a round trip costs ~150 us, a tenth of an append. So writers
+keep up to `slots` connections of their own (detached from the pool, which stays the readers'),
+in autocommit mode at the driver, and begin each transaction themselves with
+`BEGIN; <first statement>` sent as one simple query (no parameters, so psycopg sends the text
+as it is, and PostgreSQL runs both). From there the transaction is an ordinary one: psycopg sees
+the server's transaction status, so SQLAlchemy's `commit`/`rollback` send `COMMIT`/`ROLLBACK`.
+
+No ping: a kept connection that died while idle (a server restart, `pg_terminate_backend`) fails
+at that first statement, before anything was written, and the transaction is begun again once on
+a fresh connection. A fresh connection that fails is an error for the caller, as before.
+
+A forked child never uses its parent's connections (their sockets are shared, and two processes
+talking on one connection corrupt it): an at-fork hook makes every store's writers forget theirs,
+unclosed, and gives the engine a new pool (`Engine.dispose(close=False)`, as SQLAlchemy advises
+for a child), so the child's readers open their own connections too.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import PoolProxiedConnection
+
+__all__ = ["PostgresWriters"]
+
+_OPENED_AFTER = "trm_opened_after_closes"
+"""The key, in a writer connection's `info`, of the `close` count it was opened under."""
+_inherited: list[PoolProxiedConnection] = []
+"""A forked child's references to its parent's connections: never closed, never used."""
+
+
+class PostgresWriters:
+    """Up to `slots` writer connections of one engine, each used by one transaction at a time."""
+
+    def __init__(self, engine: Engine, slots: int) -> None:
+        self._engine = engine
+        self._size = slots
+        self._slots = threading.BoundedSemaphore(slots)
+        self._lock = threading.Lock()
+        self._idle: list[PoolProxiedConnection] = []
+        self._closes = 0
+        """How many times `close` ran: a connection opened before the last one is not kept."""
+        _ALL.add(self)
+
+    @contextmanager
+    def transaction(self, first: str) -> Iterator[Connection]:
+        """A transaction whose first statement is `first` (SQL without parameters), committed
+        when the block ends, rolled back if it raises."""
+        with self._slots:
+            conn, connection = self._begun(first)
+            try:
+                yield conn
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+            finally:
+                self._put_back(conn, connection)
+
+    def _begun(self, first: str) -> tuple[Connection, PoolProxiedConnection]:
+        kept = self._take()
+        if kept is not None:
+            try:
+                return self._begin(kept, first), kept
+            except DBAPIError as e:
+                if not e.connection_invalidated:
+                    raise
+                # It had died while idle, and nothing was written: begin again on a new one.
+        connection = self._opened()
+        return self._begin(connection, first), connection
+
+    def _begin(self, connection: PoolProxiedConnection, first: str) -> Connection:
+        # A new `Connection` per transaction: it reads the engine's echo and logging as they
+        # are now, as one from the pool would.
+        conn = Connection(self._engine, connection)
+        try:
+            conn.begin()
+            conn.exec_driver_sql(f"BEGIN; {first}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _take(self) -> PoolProxiedConnection | None:
+        with self._lock:
+            return self._idle.pop() if self._idle else None
+
+    def _opened(self) -> PoolProxiedConnection:
+        """A new connection, through the pool (so its connect hooks and events run), detached."""
+        conn = self._engine.connect()
+        conn.execution_options(isolation_level="AUTOCOMMIT")  # before detaching: it needs a pool
+        connection = conn.connection
+        connection.detach()
+        connection.info[_OPENED_AFTER] = self._closes
+        return connection
+
+    def _put_back(self, conn: Connection, connection: PoolProxiedConnection) -> None:
+        # Not `conn.connection`: on an invalidated `Connection` it would open a new one.
+        with self._lock:
+            if not conn.invalidated and connection.info[_OPENED_AFTER] == self._closes:
+                self._idle.append(connection)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        """Close the idle connections now, and one in use when its transaction ends (a write
+        after `close` opens a new one)."""
+        with self._lock:
+            self._closes += 1
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: none of the parent's connections, and fresh locks (a parent's
+        thread that held a slot at the fork does not exist here)."""
+        _inherited.extend(self._idle)
+        self._idle = []
+        self._slots = threading.BoundedSemaphore(self._size)
+        self._lock = threading.Lock()
+        self._engine.dispose(close=False)
+
+
+_ALL: weakref.WeakSet[PostgresWriters] = weakref.WeakSet()
+"""Every store's writers in this process, for the at-fork hook."""
+
+
+def _forget_in_child() -> None:
+    for writers in list(_ALL):
+        writers.forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
