@@ -132,9 +132,11 @@ class Appender:
     ) -> list[list[RecordedEvent] | ConcurrencyError]:
         """`appends` in one transaction; each one's recorded events, or the ConcurrencyError
         that refused it (and wrote none of it)."""
+        events = sum(len(item.events) for prepared in appends for item in prepared)
+        advance = self._projections.advance(events)
         try:
-            with self._backend.append_transaction(appends[0][0].stream_id) as started:
-                return self._write_locked(*started, appends)
+            with self._backend.append_transaction(appends[0][0].stream_id, advance) as started:
+                return self._write_locked(*started, events, appends)
         except SQLAlchemyError as e:
             raise store_error(self._backend, e) from e
 
@@ -154,8 +156,12 @@ class Appender:
         conn: Connection,
         previous_head: int,
         first_version: int,
+        checkpoints_moved: int | None,
+        events: int,
         appends: Sequence[Sequence[PreparedAppend]],
     ) -> list[list[RecordedEvent] | ConcurrencyError]:
+        """The group's rows under the lock. `checkpoints_moved`: how many checkpoints the
+        backend moved by all `events` with the heads' read (None: `apply_inline` moves them)."""
         first_stream = appends[0][0].stream_id
         versions = {first_stream: first_version}
         others = list(
@@ -215,6 +221,8 @@ class Appender:
                 continue
             versions.update(moved)
             outcomes.append(recorded[first:])
+        if checkpoints_moved and position != previous_head + events:
+            self._projections.move_back(conn, previous_head + events, position)
         if rows:
             try:
                 execute_many(conn, INSERT_EVENTS, rows)
@@ -222,5 +230,7 @@ class Appender:
                 if "event_id" in str(e.orig):
                     raise _EventIdTaken(e) from e
                 raise
-            self._projections.apply_inline(conn, previous_head, position, recorded)
+            self._projections.apply_inline(
+                conn, previous_head, position, recorded, checkpoints_moved
+            )
         return outcomes

@@ -8,9 +8,9 @@ backend a URL gets is `trm_store.connect`'s job.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -18,9 +18,35 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from trm_store.errors import StoreError
 from trm_store.rebuild_lock import RebuildLock
 
-__all__ = ["Backend", "Durability", "reading", "store_error", "writing"]
+__all__ = [
+    "AppendStart",
+    "Backend",
+    "CheckpointAdvance",
+    "Durability",
+    "reading",
+    "store_error",
+    "writing",
+]
 
 Durability = Literal["normal", "full"]
+
+
+class CheckpointAdvance(NamedTuple):
+    """What an append does to the checkpoints: those of this code's projections (`condition`,
+    SQL over `projection_state` with `literals`) that are at the log's head move on by `events`.
+
+    A backend may do it in the statement that reads the heads under the append lock (PostgreSQL:
+    one round trip fewer) and say how many moved; otherwise `apply_inline` does it after the
+    insert."""
+
+    condition: str
+    literals: Mapping[str, str | int]
+    events: int
+
+
+AppendStart = tuple[Connection, int, int, int | None]
+"""What `Backend.append_transaction` yields: the connection, the log's head, the first stream's
+version, and how many checkpoints it moved (None: none, the caller moves them)."""
 
 
 class Backend(Protocol):
@@ -36,12 +62,13 @@ class Backend(Protocol):
         a connection of the caller's own, when given)."""
 
     def append_transaction(
-        self, stream_id: str
-    ) -> AbstractContextManager[tuple[Connection, int, int]]:
+        self, stream_id: str, advance: CheckpointAdvance | None
+    ) -> AbstractContextManager[AppendStart]:
         """`write_transaction` for an append, whose statements go to the driver
         (`trm_store.driver`): the backend may skip SQLAlchemy's own transaction bookkeeping. It
         yields the connection with the log's head and `stream_id`'s version, read under the
-        lock (`trm_store.log.heads`)."""
+        lock (`trm_store.log.heads`), and how many checkpoints it moved by `advance` in that
+        read (None when it left them to the caller)."""
 
     def rebuild_lock(self, *, wait: bool) -> AbstractContextManager[RebuildLock | None]:
         """Own the store's projection rebuilds for the block (`trm_store.rebuild_lock`): None

@@ -13,6 +13,8 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from sqlalchemy import URL, Connection, Engine, Table, create_engine, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
+from trm_store.backend import AppendStart, CheckpointAdvance
+from trm_store.driver import DriverSql, fetch_all
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
 from trm_store.log import heads
@@ -69,6 +71,7 @@ class PostgresBackend:
             url, connect_args=connect_args, pool_pre_ping=True, json_serializer=serialize_json
         )
         self._writers = PostgresWriters(self.engine, WRITER_SLOTS)
+        self._heads_and_advance_sql: DriverSql | None = None
         if read_only:
             guard_read_only(self.engine, self.describe())
 
@@ -78,7 +81,9 @@ class PostgresBackend:
         return self._locked(_APPEND_LOCK, conn)
 
     @contextmanager
-    def append_transaction(self, stream_id: str) -> Iterator[tuple[Connection, int, int]]:
+    def append_transaction(
+        self, stream_id: str, advance: CheckpointAdvance | None
+    ) -> Iterator[AppendStart]:
         """`write_transaction`, which also wakes subscribers (`trm_store.wakeups`): the statement
         that takes the lock queues the notification too (no extra round trip); PostgreSQL
         delivers it at commit, and never for an append that rolls back. It yields the heads
@@ -87,7 +92,31 @@ class PostgresBackend:
         would save the heads' round trip, at the price of that fence (measured and not taken:
         bench/README.md, writers_bench)."""
         with self._locked(_APPEND_LOCK_AND_NOTIFY) as conn:
-            yield (conn, *heads(conn, stream_id))
+            if advance is None:
+                yield (conn, *heads(conn, stream_id), None)
+                return
+            ((log_head, version, moved),) = fetch_all(
+                conn,
+                self._heads_and_advance(advance),
+                {"s": stream_id, "events": advance.events},
+            )
+            yield conn, int(log_head), int(version), int(moved)
+
+    def _heads_and_advance(self, advance: CheckpointAdvance) -> DriverSql:
+        """The heads' read, which also moves the checkpoints at the log's head by the append's
+        events (a data-modifying CTE): the round trip of the `UPDATE` saved, under the lock.
+        Built once per store (its projections do not change)."""
+        if self._heads_and_advance_sql is None:
+            self._heads_and_advance_sql = DriverSql(
+                "WITH h AS (SELECT coalesce(max(position), 0) AS head FROM events),"
+                " moved AS (UPDATE projection_state SET checkpoint = h.head + :events FROM h"
+                f" WHERE checkpoint = h.head AND ({advance.condition}) RETURNING 1)"
+                " SELECT h.head,"
+                " (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :s),"
+                " (SELECT count(*) FROM moved) FROM h",
+                advance.literals,
+            )
+        return self._heads_and_advance_sql
 
     @contextmanager
     def _locked(self, lock: str, conn: Connection | None = None) -> Iterator[Connection]:

@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager
 
 from sqlalchemy import Connection, MetaData, Table
 
+from trm_store.backend import CheckpointAdvance
 from trm_store.driver import DriverSql, execute
 from trm_store.errors import StoreError
 from trm_store.events import RecordedEvent
@@ -42,6 +43,8 @@ class ProjectionSet:
         for i, (name, p) in enumerate(self.projections.items()):
             literals[f"name_{i}"] = name
             literals[f"version_{i}"] = p.version
+        self._current = current
+        self._literals = literals
         self._advance = DriverSql(
             "UPDATE projection_state SET checkpoint = :new_head "
             f"WHERE checkpoint = :previous_head AND ({current})",
@@ -53,13 +56,33 @@ class ProjectionSet:
             for event_type in p.event_types:
                 self._subscribers[event_type] = (*self._subscribers.get(event_type, ()), name)
 
+    def advance(self, events: int) -> CheckpointAdvance | None:
+        """The checkpoints' advance by an append of `events` (None: no projection to move)."""
+        if not self.projections:
+            return None
+        return CheckpointAdvance(self._current, self._literals, events)
+
+    def move_back(self, conn: Connection, moved_to: int, written_to: int) -> None:
+        """The checkpoints a backend moved to `moved_to` with the heads' read, where the append
+        wrote less (an append of the group refused): to `written_to`."""
+        execute(conn, self._advance, {"new_head": written_to, "previous_head": moved_to})
+
     def apply_inline(
-        self, conn: Connection, previous_head: int, new_head: int, events: Sequence[RecordedEvent]
+        self,
+        conn: Connection,
+        previous_head: int,
+        new_head: int,
+        events: Sequence[RecordedEvent],
+        moved: int | None = None,
     ) -> None:
-        """Advance every projection that was current at `previous_head` by `events`."""
+        """Advance every projection that was current at `previous_head` by `events` (`moved`:
+        how many the backend advanced already, with the heads' read)."""
         if not self.projections:
             return
-        moved = execute(conn, self._advance, {"new_head": new_head, "previous_head": previous_head})
+        if moved is None:
+            moved = execute(
+                conn, self._advance, {"new_head": new_head, "previous_head": previous_head}
+            )
         if moved == len(self.projections):  # the common case: every projection was current
             advanced: Collection[str] = self.projections
         else:

@@ -16,7 +16,7 @@ from sqlalchemy import URL, Connection, Engine, Table, create_engine, event
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import DBAPIError
 
-from trm_store.backend import Durability
+from trm_store.backend import AppendStart, CheckpointAdvance, Durability
 from trm_store.driver import DriverSql, execute
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
@@ -132,14 +132,14 @@ class HeadsRead:
         self._transaction = transaction
         self._stream_id = stream_id
 
-    def __enter__(self) -> tuple[Connection, int, int]:
+    def __enter__(self) -> AppendStart:
         conn = self._transaction.__enter__()
         try:
             log_head, stream_version = heads(conn, self._stream_id)
         except BaseException as e:
             self._transaction.__exit__(type(e), e, e.__traceback__)
             raise
-        return conn, log_head, stream_version
+        return conn, log_head, stream_version, None
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: object
@@ -196,9 +196,10 @@ class SqliteBackend:
         with transaction as conn, conn.begin():
             yield conn
 
-    def append_transaction(self, stream_id: str) -> HeadsRead:
+    def append_transaction(self, stream_id: str, advance: CheckpointAdvance | None) -> HeadsRead:
         """`BEGIN IMMEDIATE` ... `COMMIT` on this thread's writer connection (see
-        `AppendTransaction`), the heads read first."""
+        `AppendTransaction`), the heads read first. The checkpoints are left to the caller: a
+        statement costs no round trip here."""
         self._refuse_if_read_only()
         return HeadsRead(AppendTransaction(self._writers.current(), self._writer_lock), stream_id)
 

@@ -88,6 +88,9 @@ def assert_log_is_whole(store: Store) -> None:
         versions.setdefault(e.stream_id, []).append(e.version)
     assert all(v == list(range(1, len(v) + 1)) for v in versions.values())
     assert totals(store) == replayed_totals(store)
+    # Every checkpoint at the head: not past it (a refused append's events counted, on
+    # PostgreSQL where the heads' read moves them), nor behind.
+    assert {s.checkpoint for s in store.projection_status().values()} == {len(log)}
 
 
 def test_queued_appends_share_one_transaction_and_each_is_refused_alone(store: Store) -> None:

@@ -115,3 +115,29 @@ def test_a_forked_child_writes_on_connections_of_its_own(pg_url: str) -> None:
         [third] = store.append("s", [added(3)])  # the parent's kept connection still works
         assert third.position == 3
         assert totals(store) == {"s": (6, 3)}
+
+
+def test_the_checkpoints_move_in_the_heads_read_and_every_round_trip_is_a_statement(
+    pg_url: str,
+) -> None:
+    """With a projection to move, an append sends no checkpoint `UPDATE` of its own (the heads'
+    read moves the checkpoints), and its round trips are its statements and `COMMIT`."""
+    with round_trip_proxy(pg_url) as (proxy, url), open_store(url, projections=TOTALS) as store:
+        store.append("s", [added(1)])
+        sent: list[str] = []
+        event.listen(
+            store._backend.engine,
+            "before_cursor_execute",
+            lambda _c, _cur, statement, *_: sent.append(statement),
+        )
+        beyond_statements = []
+        for n in range(2, 12):
+            sent.clear()
+            before = proxy.round_trips
+            store.append("s", [added(n)])
+            beyond_statements.append(proxy.round_trips - before - len(sent))
+            assert not [s for s in sent if s.startswith("UPDATE projection_state")], sent
+        # COMMIT (and, on the fifth run of each statement, psycopg preparing it).
+        assert statistics.mode(beyond_statements) == 1, beyond_statements
+        assert {s.checkpoint for s in store.projection_status().values()} == {11}
+        assert totals(store) == {"s": (66, 11)}
