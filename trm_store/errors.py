@@ -63,6 +63,11 @@ class ConcurrencyError(StoreError):
         self.expected = expected
         self.actual = actual
 
+    def __reduce__(self) -> tuple[type[ConcurrencyError], tuple[str, int, int]]:
+        """Pickled with its own arguments (the default would call it with the message alone,
+        and unpickling would fail): it crosses processes, e.g. from the sink's child writer."""
+        return type(self), (self.stream_id, self.expected, self.actual)
+
 
 class EventIdConflictError(StoreError):
     """An event id of the append already names another event; the append wrote nothing.
@@ -82,6 +87,11 @@ class EventIdConflictError(StoreError):
         self.event_id = event_id
         self.stream_id = stream_id
         self.version = version
+        self.why = why
+
+    def __reduce__(self) -> tuple[type[EventIdConflictError], tuple[str, str, int, str]]:
+        """Pickled with its own arguments, as `ConcurrencyError` is."""
+        return type(self), (self.event_id, self.stream_id, self.version, self.why)
 
 
 class ReadOnlyStoreError(StoreError):

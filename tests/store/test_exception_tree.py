@@ -55,3 +55,31 @@ def test_the_drawn_tree_is_the_defined_tree() -> None:
 def test_every_public_error_of_the_core_is_in_the_tree() -> None:
     drawn = drawn_tree()
     assert {name for name in errors.__all__ if name != "StoreError"} <= set(drawn)
+
+
+def test_every_store_error_survives_a_pickle_round_trip() -> None:
+    """Errors cross processes (the sink's child writer answers with them): each comes back as
+    itself, its attributes and message kept. Those taking a message alone are built with one;
+    those with their own arguments are listed here."""
+    import pickle
+
+    from trm_store.domain.errors import InfraOutcomeError
+    from trm_store.errors import ConcurrencyError, EventIdConflictError
+
+    own_arguments: dict[type[StoreError], StoreError] = {
+        ConcurrencyError: ConcurrencyError("run:r1", 3, 5),
+        EventIdConflictError: EventIdConflictError("id-1", "run:r1", 2, "another stream"),
+        InfraOutcomeError: InfraOutcomeError("snap", "u1", ["q1", "q2"]),
+    }
+    defined_tree()  # imports every module, so every subclass is known
+    classes = [StoreError, *_subclasses(StoreError)]
+    for cls in classes:
+        error = own_arguments.get(cls) or cls("a message")
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is cls and str(back) == str(error)
+        assert vars(back) == vars(error)
+
+
+def _subclasses(cls: type[StoreError]) -> list[type[StoreError]]:
+    direct = cls.__subclasses__()
+    return [c for d in direct for c in (d, *_subclasses(d))]

@@ -40,6 +40,10 @@ class InfraOutcomeError(DomainInputError):
         self.unit_id = unit_id
         self.question_ids = question_ids
 
+    def __reduce__(self) -> tuple[type[InfraOutcomeError], tuple[str, str, list[str]]]:
+        """Pickled with its own arguments, as `trm_store.errors.ConcurrencyError` is."""
+        return type(self), (self.snapshot, self.unit_id, self.question_ids)
+
 
 class DiagnoseInputError(DomainInputError):
     """The items file, the template or the tier list cannot be used; nothing was sent or written."""
