@@ -26,8 +26,11 @@ import os
 import threading
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from typing import Any
 
+import psycopg
+from psycopg.pq import TransactionStatus
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import PoolProxiedConnection
@@ -59,14 +62,19 @@ class PostgresWriters:
         when the block ends, rolled back if it raises."""
         with self._slots:
             conn, connection = self._begun(first)
+            raw = _driver_connection(connection)  # an invalidation forgets it: still to close
             try:
                 yield conn
                 conn.commit()
             except BaseException:
-                conn.rollback()
+                # It fails if the statement is still running (an exception raised by a signal
+                # handler: psycopg cancels only on KeyboardInterrupt and SystemExit); the
+                # connection is closed below, which ends the transaction and its lock.
+                with suppress(Exception):
+                    conn.rollback()
                 raise
             finally:
-                self._put_back(conn, connection)
+                self._put_back(conn, connection, raw)
 
     def _begun(self, first: str) -> tuple[Connection, PoolProxiedConnection]:
         kept = self._take()
@@ -83,12 +91,13 @@ class PostgresWriters:
     def _begin(self, connection: PoolProxiedConnection, first: str) -> Connection:
         # A new `Connection` per transaction: it reads the engine's echo and logging as they
         # are now, as one from the pool would.
+        raw = _driver_connection(connection)
         conn = Connection(self._engine, connection)
         try:
             conn.begin()
             conn.exec_driver_sql(f"BEGIN; {first}")
         except BaseException:
-            conn.close()
+            _close(raw)
             raise
         return conn
 
@@ -105,13 +114,23 @@ class PostgresWriters:
         connection.info[_OPENED_AFTER] = self._closes
         return connection
 
-    def _put_back(self, conn: Connection, connection: PoolProxiedConnection) -> None:
-        # Not `conn.connection`: on an invalidated `Connection` it would open a new one.
+    def _put_back(
+        self, conn: Connection, connection: PoolProxiedConnection, raw: psycopg.Connection[Any]
+    ) -> None:
+        """Keep the connection only if it is alive and out of any transaction; otherwise close
+        the driver's connection itself. Not through SQLAlchemy: an invalidated detached
+        connection is forgotten unclosed (its session, and any lock, would live until the
+        garbage collector ran), and one whose reset fails is left open."""
+        clean = (
+            not conn.invalidated
+            and not raw.closed
+            and raw.info.transaction_status == TransactionStatus.IDLE
+        )
         with self._lock:
-            if not conn.invalidated and connection.info[_OPENED_AFTER] == self._closes:
+            if clean and connection.info[_OPENED_AFTER] == self._closes:
                 self._idle.append(connection)
                 return
-        conn.close()
+        _close(raw)
 
     def close(self) -> None:
         """Close the idle connections now, and one in use when its transaction ends (a write
@@ -130,6 +149,18 @@ class PostgresWriters:
         self._slots = threading.BoundedSemaphore(self._size)
         self._lock = threading.Lock()
         self._engine.dispose(close=False)
+
+
+def _driver_connection(connection: PoolProxiedConnection) -> psycopg.Connection[Any]:
+    raw = connection.dbapi_connection
+    assert isinstance(raw, psycopg.Connection)  # the driver `trm_store.connect` selects
+    return raw
+
+
+def _close(raw: psycopg.Connection[Any]) -> None:
+    """Close the driver's connection at once, in whatever state (the server rolls back)."""
+    with suppress(Exception):
+        raw.close()
 
 
 _ALL: weakref.WeakSet[PostgresWriters] = weakref.WeakSet()

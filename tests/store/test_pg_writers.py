@@ -141,3 +141,56 @@ def test_the_checkpoints_move_in_the_heads_read_and_every_round_trip_is_a_statem
         assert statistics.mode(beyond_statements) == 1, beyond_statements
         assert {s.checkpoint for s in store.projection_status().values()} == {11}
         assert totals(store) == {"s": (66, 11)}
+
+
+class _Alarm(Exception):
+    """What a timeout's signal handler raises: not one psycopg cancels the query for."""
+
+
+class _HardAlarm(BaseException):
+    """A BaseException from a signal handler: SQLAlchemy invalidates the connection."""
+
+
+def _another_store_appends(url: str, within: float) -> bool:
+    """Whether a second store (as another process's would) gets the append lock in time."""
+    done = threading.Event()
+
+    def write() -> None:
+        with open_store(url, projections=TOTALS) as other:
+            other.append("other", [added(1)])
+        done.set()
+
+    threading.Thread(target=write, daemon=True).start()
+    return done.wait(within)
+
+
+@pytest.mark.parametrize("raised", [_Alarm, _HardAlarm])
+def test_a_transaction_interrupted_mid_statement_never_keeps_the_append_lock(
+    pg_url: str, raised: type[BaseException]
+) -> None:
+    """Before: an `Exception` from a signal handler left the busy connection on the idle list,
+    its transaction open with the lock held (every writer of every process waited forever);
+    a `BaseException` left it invalidated but unclosed until the garbage collector ran."""
+    import gc
+    import signal
+
+    def alarm(*_: object) -> None:
+        raise raised("timed out")
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    gc.disable()  # as the benches run: nothing may depend on a collection to free the lock
+    try:
+        with open_store(pg_url, projections=TOTALS) as store:
+            store.append("s", [added(1)])
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            with pytest.raises(raised), store.write_transaction() as conn:
+                conn.exec_driver_sql("SELECT pg_sleep(2)")
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            assert _another_store_appends(pg_url, within=5.0)
+            [second] = store.append("s", [added(2)])
+            assert second.position == 3  # after the other store's
+            assert totals(store)["s"] == (3, 2)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        gc.enable()
