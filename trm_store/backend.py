@@ -8,7 +8,7 @@ backend a URL gets is `trm_store.connect`'s job.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Literal, NamedTuple, Protocol
 
@@ -32,15 +32,14 @@ Durability = Literal["normal", "full"]
 
 
 class CheckpointAdvance(NamedTuple):
-    """What an append does to the checkpoints: those of this code's projections (`condition`,
-    SQL over `projection_state` with `literals`) that are at the log's head move on by `events`.
+    """What an append does to the checkpoints: those of this code's projections (`versions`:
+    each one's name and version) that are at the log's head move on by `events`.
 
     A backend may do it in the statement that reads the heads under the append lock (PostgreSQL:
-    one round trip fewer) and say how many moved; otherwise `apply_inline` does it after the
+    no round trip of its own) and say how many moved; otherwise `apply_inline` does it after the
     insert."""
 
-    condition: str
-    literals: Mapping[str, str | int]
+    versions: tuple[tuple[str, int], ...]
     events: int
 
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
+import psycopg.sql
 from sqlalchemy import URL, Connection, Engine, Table, create_engine, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
 from trm_store.backend import AppendStart, CheckpointAdvance
-from trm_store.driver import DriverSql, fetch_all
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
-from trm_store.log import heads
 from trm_store.postgres_read_only import guard_read_only
 from trm_store.postgres_writers import PostgresWriters
 from trm_store.rebuild_lock import RebuildLock, advisory_rebuild_lock
@@ -40,7 +39,10 @@ _READ_ONLY = "-c default_transaction_read_only=on"
 # function given NULL would lock nothing.
 _LOCK = f"pg_advisory_xact_lock({APPEND_LOCK_NAMESPACE}, hashtext(coalesce(current_schema(), '')))"
 _APPEND_LOCK = f"SELECT {_LOCK}"
-_APPEND_LOCK_AND_NOTIFY = f"SELECT {_LOCK}, {NOTIFY_APPENDED}"
+_HEADS_STATEMENT = "trm_append_heads"
+_APPEND_LOCK_NOTIFY_AND_HEADS = (
+    f"SELECT {_LOCK}, {NOTIFY_APPENDED}; EXECUTE {_HEADS_STATEMENT}(%(s)s, %(events)s)"
+)
 _UNDEFINED_TABLE = "42P01"
 
 
@@ -71,7 +73,7 @@ class PostgresBackend:
             url, connect_args=connect_args, pool_pre_ping=True, json_serializer=serialize_json
         )
         self._writers = PostgresWriters(self.engine, WRITER_SLOTS)
-        self._heads_and_advance_sql: DriverSql | None = None
+        self._heads_sql: str | None = None
         if read_only:
             guard_read_only(self.engine, self.describe())
 
@@ -84,45 +86,58 @@ class PostgresBackend:
     def append_transaction(
         self, stream_id: str, advance: CheckpointAdvance | None
     ) -> Iterator[AppendStart]:
-        """`write_transaction`, which also wakes subscribers (`trm_store.wakeups`): the statement
-        that takes the lock queues the notification too (no extra round trip); PostgreSQL
-        delivers it at commit, and never for an append that rolls back. It yields the heads
-        read under the lock. Every statement goes through SQLAlchemy's execution path (so
-        `handle_error`, echo and disconnect invalidation see them): psycopg's pipeline mode
-        would save the heads' round trip, at the price of that fence (measured and not taken:
-        bench/README.md, writers_bench)."""
-        with self._locked(_APPEND_LOCK_AND_NOTIFY) as conn:
-            if advance is None:
-                yield (conn, *heads(conn, stream_id), None)
-                return
-            ((log_head, version, moved),) = fetch_all(
-                conn,
-                self._heads_and_advance(advance),
-                {"s": stream_id, "events": advance.events},
-            )
-            yield conn, int(log_head), int(version), int(moved)
+        """`write_transaction`, which also wakes subscribers (`trm_store.wakeups`) and reads
+        the heads, all in the round trip of `BEGIN` (`trm_store.postgres_writers`): the
+        statement that takes the lock queues the notification too (PostgreSQL delivers it at
+        commit, and never for an append that rolls back); the next one, with a snapshot of its
+        own taken once the lock is held, reads the heads and moves the checkpoints at the log's
+        head by the append's events. That read is a statement each writer connection prepares
+        once (`_heads_statement`): sent as text it would be planned at every append, which
+        costs more than the round trip it saves. Every statement goes through SQLAlchemy's
+        execution path (so `handle_error`, echo and disconnect invalidation see them)."""
+        self._refuse_if_read_only()
+        with self._writers.transaction(
+            _APPEND_LOCK_NOTIFY_AND_HEADS,
+            {"s": stream_id, "events": 0 if advance is None else advance.events},
+            prepare=self._heads_statement(advance),
+        ) as (conn, rows):
+            ((log_head, version, moved),) = rows
+            yield conn, int(log_head), int(version), None if advance is None else int(moved)
 
-    def _heads_and_advance(self, advance: CheckpointAdvance) -> DriverSql:
-        """The heads' read, which also moves the checkpoints at the log's head by the append's
-        events (a data-modifying CTE): the round trip of the `UPDATE` saved, under the lock.
-        Built once per store (its projections do not change)."""
-        if self._heads_and_advance_sql is None:
-            self._heads_and_advance_sql = DriverSql(
-                "WITH h AS (SELECT coalesce(max(position), 0) AS head FROM events),"
-                " moved AS (UPDATE projection_state SET checkpoint = h.head + :events FROM h"
-                f" WHERE checkpoint = h.head AND ({advance.condition}) RETURNING 1)"
+    def _heads_statement(self, advance: CheckpointAdvance | None) -> str:
+        """`PREPARE` of the heads' read (the log's head, the stream's version, and how many
+        checkpoints it moved, with the checkpoints' `UPDATE` in a data-modifying CTE when there
+        are projections). Built once per store (its projections do not change)."""
+        if self._heads_sql is None:
+            moved = "SELECT 0 WHERE $2 IS NULL"  # $2 (the events) unused without projections
+            if advance is not None:
+                current = psycopg.sql.SQL(" OR ").join(
+                    psycopg.sql.SQL("(name = {} AND version = {})").format(name, version)
+                    for name, version in advance.versions
+                )
+                moved = (
+                    psycopg.sql.SQL(
+                        "UPDATE projection_state SET checkpoint = h.head + $2 FROM h"
+                        " WHERE checkpoint = h.head AND ({}) RETURNING 1"
+                    )
+                    .format(current)
+                    .as_string()
+                )
+            self._heads_sql = (
+                f"PREPARE {_HEADS_STATEMENT}(text, bigint) AS"
+                " WITH h AS (SELECT coalesce(max(position), 0) AS head FROM events),"
+                f" moved AS ({moved})"
                 " SELECT h.head,"
-                " (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :s),"
-                " (SELECT count(*) FROM moved) FROM h",
-                advance.literals,
+                " (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = $1),"
+                " (SELECT count(*) FROM moved) FROM h"
             )
-        return self._heads_and_advance_sql
+        return self._heads_sql
 
     @contextmanager
     def _locked(self, lock: str, conn: Connection | None = None) -> Iterator[Connection]:
         self._refuse_if_read_only()
         if conn is None:  # a writer's connection, the lock taken in the round trip of `BEGIN`
-            with self._writers.transaction(lock) as conn:
+            with self._writers.transaction(lock) as (conn, _):
                 yield conn
             return
         with conn.begin():  # a caller's own connection (a rebuild's)

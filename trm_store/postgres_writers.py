@@ -6,9 +6,14 @@ An append used to pay two round trips before its first statement: the pool's pre
 of a transaction. On loopback here a round trip costs ~150 us, a tenth of an append. So writers
 keep up to `slots` connections of their own (detached from the pool, which stays the readers'),
 in autocommit mode at the driver, and begin each transaction themselves with
-`BEGIN; <first statement>` sent as one simple query (no parameters, so psycopg sends the text
-as it is, and PostgreSQL runs both). From there the transaction is an ordinary one: psycopg sees
-the server's transaction status, so SQLAlchemy's `commit`/`rollback` send `COMMIT`/`ROLLBACK`.
+`BEGIN; <first statements>` sent as one simple query (no parameters, so psycopg sends the text
+as it is, and PostgreSQL runs them all; values are quoted into it by psycopg's client-side
+binding, `ClientCursor.mogrify`). Its result is the last statement's rows (a writer connection's
+cursors move to the last result of a multi-statement query), so an append takes the lock and
+reads the heads in one round trip: PostgreSQL takes a new snapshot for each statement of a
+simple query at READ COMMITTED, so a statement after the lock sees every append committed
+before the lock was granted. From there the transaction is an ordinary one: psycopg sees the
+server's transaction status, so SQLAlchemy's `commit`/`rollback` send `COMMIT`/`ROLLBACK`.
 
 No ping: a kept connection that died while idle (a server restart, `pg_terminate_backend`) fails
 at that first statement, before anything was written, and the transaction is begun again once on
@@ -25,7 +30,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -39,6 +44,12 @@ __all__ = ["PostgresWriters"]
 
 _OPENED_AFTER = "trm_opened_after_closes"
 """The key, in a writer connection's `info`, of the `close` count it was opened under."""
+_PREPARED = "trm_prepared"
+"""The key, in a writer connection's `info`, of the `PREPARE` statements it has run."""
+_NO_SUCH_PREPARED_STATEMENT = "26000"
+_AS_IS = {"no_parameters": True}
+"""Send the text with no parameter collection: psycopg then reads no placeholders in it (a `%`
+in a quoted value stays as it is) and sends it as a simple query."""
 _inherited: list[PoolProxiedConnection] = []
 """A forked child's references to its parent's connections: never closed, never used."""
 
@@ -57,14 +68,18 @@ class PostgresWriters:
         _ALL.add(self)
 
     @contextmanager
-    def transaction(self, first: str) -> Iterator[Connection]:
-        """A transaction whose first statement is `first` (SQL without parameters), committed
-        when the block ends, rolled back if it raises."""
+    def transaction(
+        self, first: str, params: Mapping[str, Any] | None = None, *, prepare: str | None = None
+    ) -> Iterator[tuple[Connection, Sequence[Sequence[Any]]]]:
+        """A transaction whose first statements are `first` (`;`-separated SQL, with `params`
+        in psycopg's `%(name)s` style), and the rows of the last of them; committed when the
+        block ends, rolled back if it raises. `prepare` (a `PREPARE` that `first` executes) is
+        sent first on a connection that has not run it yet."""
         with self._slots:
-            conn, connection = self._begun(first)
+            conn, connection, rows = self._begun(first, params, prepare)
             raw = _driver_connection(connection)  # an invalidation forgets it: still to close
             try:
-                yield conn
+                yield conn, rows
                 conn.commit()
             except BaseException:
                 # It fails if the statement is still running (an exception raised by a signal
@@ -76,30 +91,46 @@ class PostgresWriters:
             finally:
                 self._put_back(conn, connection, raw)
 
-    def _begun(self, first: str) -> tuple[Connection, PoolProxiedConnection]:
+    def _begun(
+        self, first: str, params: Mapping[str, Any] | None, prepare: str | None
+    ) -> tuple[Connection, PoolProxiedConnection, Sequence[Sequence[Any]]]:
         kept = self._take()
         if kept is not None:
             try:
-                return self._begin(kept, first), kept
+                return self._begin(kept, first, params, prepare)
             except DBAPIError as e:
-                if not e.connection_invalidated:
+                lost = getattr(e.orig, "sqlstate", None) == _NO_SUCH_PREPARED_STATEMENT
+                if not (e.connection_invalidated or lost):
                     raise
-                # It had died while idle, and nothing was written: begin again on a new one.
-        connection = self._opened()
-        return self._begin(connection, first), connection
+                # It had died while idle, or its session lost the prepared statement (a
+                # `DEALLOCATE`): nothing was written, and `_begin` closed it. Again, on a new one.
+        return self._begin(self._opened(), first, params, prepare)
 
-    def _begin(self, connection: PoolProxiedConnection, first: str) -> Connection:
+    def _begin(
+        self,
+        connection: PoolProxiedConnection,
+        first: str,
+        params: Mapping[str, Any] | None,
+        prepare: str | None,
+    ) -> tuple[Connection, PoolProxiedConnection, Sequence[Sequence[Any]]]:
         # A new `Connection` per transaction: it reads the engine's echo and logging as they
         # are now, as one from the pool would.
         raw = _driver_connection(connection)
         conn = Connection(self._engine, connection)
+        sql = f"BEGIN; {first}"
         try:
+            if params is not None:
+                sql = psycopg.ClientCursor(raw).mogrify(sql, params)
             conn.begin()
-            conn.exec_driver_sql(f"BEGIN; {first}")
+            prepared: set[str] = connection.info.setdefault(_PREPARED, set())
+            if prepare is not None and prepare not in prepared:
+                conn.exec_driver_sql(prepare, execution_options=_AS_IS)  # autocommit: kept
+                prepared.add(prepare)
+            rows = conn.exec_driver_sql(sql, execution_options=_AS_IS).all()
         except BaseException:
             _close(raw)
             raise
-        return conn
+        return conn, connection, rows
 
     def _take(self) -> PoolProxiedConnection | None:
         with self._lock:
@@ -111,6 +142,7 @@ class PostgresWriters:
         conn.execution_options(isolation_level="AUTOCOMMIT")  # before detaching: it needs a pool
         connection = conn.connection
         connection.detach()
+        _driver_connection(connection).cursor_factory = _LastResultCursor
         connection.info[_OPENED_AFTER] = self._closes
         return connection
 
@@ -155,6 +187,17 @@ def _driver_connection(connection: PoolProxiedConnection) -> psycopg.Connection[
     raw = connection.dbapi_connection
     assert isinstance(raw, psycopg.Connection)  # the driver `trm_store.connect` selects
     return raw
+
+
+class _LastResultCursor(psycopg.Cursor[Any]):
+    """A cursor that, after a query of several statements, holds the last one's result
+    (psycopg's holds the first's: here `BEGIN`'s, which has no rows)."""
+
+    def execute(self, *args: Any, **kwargs: Any) -> _LastResultCursor:
+        super().execute(*args, **kwargs)
+        while self.nextset():
+            pass
+        return self
 
 
 def _close(raw: psycopg.Connection[Any]) -> None:

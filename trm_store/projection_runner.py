@@ -43,8 +43,7 @@ class ProjectionSet:
         for i, (name, p) in enumerate(self.projections.items()):
             literals[f"name_{i}"] = name
             literals[f"version_{i}"] = p.version
-        self._current = current
-        self._literals = literals
+        self._versions = tuple((name, p.version) for name, p in self.projections.items())
         self._advance = DriverSql(
             "UPDATE projection_state SET checkpoint = :new_head "
             f"WHERE checkpoint = :previous_head AND ({current})",
@@ -60,7 +59,7 @@ class ProjectionSet:
         """The checkpoints' advance by an append of `events` (None: no projection to move)."""
         if not self.projections:
             return None
-        return CheckpointAdvance(self._current, self._literals, events)
+        return CheckpointAdvance(self._versions, events)
 
     def move_back(self, conn: Connection, moved_to: int, written_to: int) -> None:
         """The checkpoints a backend moved to `moved_to` with the heads' read, where the append
