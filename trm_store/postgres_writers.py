@@ -85,6 +85,7 @@ class PostgresWriters:
                 # It fails if the statement is still running (an exception raised by a signal
                 # handler: psycopg cancels only on KeyboardInterrupt and SystemExit); the
                 # connection is closed below, which ends the transaction and its lock.
+                connection.info.pop(_PREPARED, None)  # psycopg's rollback deallocates them all
                 with suppress(Exception):
                     conn.rollback()
                 raise
@@ -124,7 +125,10 @@ class PostgresWriters:
             conn.begin()
             prepared: set[str] = connection.info.setdefault(_PREPARED, set())
             if prepare is not None and prepare not in prepared:
-                conn.exec_driver_sql(prepare, execution_options=_AS_IS)  # autocommit: kept
+                # psycopg has no prepared statement of its own here (a new connection, or one
+                # just rolled back: its rollback deallocates them all, when it has some), so
+                # `DEALLOCATE ALL` drops only this one, if a rollback left it in place.
+                conn.exec_driver_sql(f"DEALLOCATE ALL; {prepare}", execution_options=_AS_IS)
                 prepared.add(prepare)
             rows = conn.exec_driver_sql(sql, execution_options=_AS_IS).all()
         except BaseException:

@@ -8,13 +8,14 @@ import statistics
 import threading
 import time
 
+import psycopg
 import pytest
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import ExceptionContext
 
 from tests.store.helpers import TOTALS, Totals, added, in_a_forked_child, totals
 from tests.store.round_trip_proxy import round_trip_proxy
-from trm_store import Projection, open_store
+from trm_store import EventIdConflictError, Projection, open_store
 from trm_store.connect import normalise_url
 from trm_store.postgres import WRITER_SLOTS
 
@@ -207,6 +208,41 @@ def test_a_writer_session_that_lost_the_prepared_heads_read_is_replaced_with_no_
         assert [e.position for e in store.append("s", [added(2)])] == [2]
         assert totals(store) == {"s": (3, 2)}
         assert kept.dbapi_connection is None or kept.dbapi_connection.closed
+
+
+def test_psycopg_deallocates_its_prepared_statements_at_a_rollback(pg_url: str) -> None:
+    """Canary: the writers re-prepare the heads' read after a rollback with `DEALLOCATE ALL`,
+    which is harmless only because psycopg's rollback leaves it no prepared statement of its
+    own (it deallocates them all). If an upgrade changes that, this fails."""
+    raw = psycopg.connect(normalise_url(pg_url).replace("postgresql+psycopg", "postgresql"))
+    try:
+        for _ in range(8):  # psycopg prepares a statement at its fifth run
+            raw.execute("SELECT %s::int", (1,))
+        count = "SELECT count(*) FROM pg_prepared_statements"
+        assert raw.execute(count).fetchone() == (1,)
+        raw.rollback()
+        assert raw.execute(count).fetchone() == (0,)
+    finally:
+        raw.close()
+
+
+def test_a_refused_append_keeps_the_writer_connection_and_its_next_append_works(
+    pg_url: str,
+) -> None:
+    """An append refused by the database rolls back (so psycopg deallocates every prepared
+    statement, the heads' read included): the connection is kept, and the next append prepares
+    the read again."""
+    with round_trip_proxy(pg_url) as (proxy, url), open_store(url, projections=TOTALS) as store:
+        taken = store.append("s", [added(1)])[0].event_id
+        for n in range(2, 8):  # past psycopg's fifth run: it has statements of its own
+            store.append("s", [added(n)])
+        opened = proxy.connections
+        for n in range(8, 14):
+            with pytest.raises(EventIdConflictError):  # the insert fails: a rollback
+                store.append("other", [added(n, event_id=taken)])
+            store.append("s", [added(n)])
+        assert proxy.connections == opened
+        assert totals(store) == {"s": (sum(range(1, 14)), 13)}
 
 
 class _Alarm(Exception):
