@@ -18,7 +18,7 @@ from trm_store.backend import AppendStart, CheckpointAdvance
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
 from trm_store.postgres_read_only import guard_read_only
-from trm_store.postgres_writers import PostgresWriters
+from trm_store.postgres_writers import PostgresWriters, Prepared
 from trm_store.rebuild_lock import RebuildLock, advisory_rebuild_lock
 from trm_store.wakeups import NOTIFY_APPENDED
 
@@ -99,7 +99,7 @@ class PostgresBackend:
         with self._writers.transaction(
             _APPEND_LOCK_NOTIFY_AND_HEADS,
             {"s": stream_id, "events": 0 if advance is None else advance.events},
-            prepare=self._heads_statement(advance),
+            prepare=Prepared(_HEADS_STATEMENT, self._heads_statement(advance)),
         ) as (conn, rows):
             ((log_head, version, moved),) = rows
             yield conn, int(log_head), int(version), None if advance is None else int(moved)

@@ -6,14 +6,15 @@ An append used to pay two round trips before its first statement: the pool's pre
 of a transaction. On loopback here a round trip costs ~150 us, a tenth of an append. So writers
 keep up to `slots` connections of their own (detached from the pool, which stays the readers'),
 in autocommit mode at the driver, and begin each transaction themselves with
-`BEGIN; <first statements>` sent as one simple query (no parameters, so psycopg sends the text
-as it is, and PostgreSQL runs them all; values are quoted into it by psycopg's client-side
-binding, `ClientCursor.mogrify`). Its result is the last statement's rows (a writer connection's
-cursors move to the last result of a multi-statement query), so an append takes the lock and
-reads the heads in one round trip: PostgreSQL takes a new snapshot for each statement of a
-simple query at READ COMMITTED, so a statement after the lock sees every append committed
-before the lock was granted. From there the transaction is an ordinary one: psycopg sees the
-server's transaction status, so SQLAlchemy's `commit`/`rollback` send `COMMIT`/`ROLLBACK`.
+`BEGIN ISOLATION LEVEL READ COMMITTED; <first statements>` sent as one simple query (no
+parameters, so psycopg sends the text as it is, and PostgreSQL runs them all; values are quoted
+into it by psycopg's client-side binding, `ClientCursor.mogrify`). Its result is the last
+statement's rows (the cursor of that query alone moves to its last result), so an append takes
+the lock and reads the heads in one round trip: PostgreSQL takes a new snapshot for each
+statement of a simple query at READ COMMITTED (forced, whatever the session's default), so a
+statement after the lock sees every append committed before the lock was granted. From there
+the transaction is an ordinary one: psycopg sees the server's transaction status, so
+SQLAlchemy's `commit`/`rollback` send `COMMIT`/`ROLLBACK`.
 
 No ping: a kept connection that died while idle (a server restart, `pg_terminate_backend`) fails
 at that first statement, before anything was written, and the transaction is begun again once on
@@ -32,7 +33,7 @@ import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -40,13 +41,15 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import PoolProxiedConnection
 
-__all__ = ["PostgresWriters"]
+__all__ = ["PostgresWriters", "Prepared"]
 
 _OPENED_AFTER = "trm_opened_after_closes"
 """The key, in a writer connection's `info`, of the `close` count it was opened under."""
 _PREPARED = "trm_prepared"
-"""The key, in a writer connection's `info`, of the `PREPARE` statements it has run."""
+"""The key, in a writer connection's `info`, of the statements its session prepared: name ->
+True (there), False (unsure: a rollback since, which may have deallocated it)."""
 _NO_SUCH_PREPARED_STATEMENT = "26000"
+_IS_PREPARED = "SELECT 1 FROM pg_prepared_statements WHERE name = %(name)s"
 _AS_IS = {"no_parameters": True}
 """Send the text with no parameter collection: psycopg then reads no placeholders in it (a `%`
 in a quoted value stays as it is) and sends it as a simple query."""
@@ -69,12 +72,16 @@ class PostgresWriters:
 
     @contextmanager
     def transaction(
-        self, first: str, params: Mapping[str, Any] | None = None, *, prepare: str | None = None
+        self,
+        first: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        prepare: Prepared | None = None,
     ) -> Iterator[tuple[Connection, Sequence[Sequence[Any]]]]:
-        """A transaction whose first statements are `first` (`;`-separated SQL, with `params`
-        in psycopg's `%(name)s` style), and the rows of the last of them; committed when the
-        block ends, rolled back if it raises. `prepare` (a `PREPARE` that `first` executes) is
-        sent first on a connection that has not run it yet."""
+        """A READ COMMITTED transaction whose first statements are `first` (`;`-separated SQL,
+        with `params` in psycopg's `%(name)s` style), and the rows of the last of them;
+        committed when the block ends, rolled back if it raises. `prepare` (a statement that
+        `first` executes) is prepared first on a connection whose session does not have it."""
         with self._slots:
             conn, connection, rows = self._begun(first, params, prepare)
             raw = _driver_connection(connection)  # an invalidation forgets it: still to close
@@ -85,7 +92,7 @@ class PostgresWriters:
                 # It fails if the statement is still running (an exception raised by a signal
                 # handler: psycopg cancels only on KeyboardInterrupt and SystemExit); the
                 # connection is closed below, which ends the transaction and its lock.
-                connection.info.pop(_PREPARED, None)  # psycopg's rollback deallocates them all
+                _unsure(connection)  # psycopg's rollback may deallocate them all
                 with suppress(Exception):
                     conn.rollback()
                 raise
@@ -93,7 +100,7 @@ class PostgresWriters:
                 self._put_back(conn, connection, raw)
 
     def _begun(
-        self, first: str, params: Mapping[str, Any] | None, prepare: str | None
+        self, first: str, params: Mapping[str, Any] | None, prepare: Prepared | None
     ) -> tuple[Connection, PoolProxiedConnection, Sequence[Sequence[Any]]]:
         kept = self._take()
         if kept is not None:
@@ -112,25 +119,28 @@ class PostgresWriters:
         connection: PoolProxiedConnection,
         first: str,
         params: Mapping[str, Any] | None,
-        prepare: str | None,
+        prepare: Prepared | None,
     ) -> tuple[Connection, PoolProxiedConnection, Sequence[Sequence[Any]]]:
         # A new `Connection` per transaction: it reads the engine's echo and logging as they
         # are now, as one from the pool would.
         raw = _driver_connection(connection)
         conn = Connection(self._engine, connection)
-        sql = f"BEGIN; {first}"
+        # READ COMMITTED whatever the session's default: each statement after the lock's then
+        # reads with a snapshot taken once the lock is held.
+        sql = f"BEGIN ISOLATION LEVEL READ COMMITTED; {first}"
         try:
             if params is not None:
                 sql = psycopg.ClientCursor(raw).mogrify(sql, params)
             conn.begin()
-            prepared: set[str] = connection.info.setdefault(_PREPARED, set())
-            if prepare is not None and prepare not in prepared:
-                # psycopg has no prepared statement of its own here (a new connection, or one
-                # just rolled back: its rollback deallocates them all, when it has some), so
-                # `DEALLOCATE ALL` drops only this one, if a rollback left it in place.
-                conn.exec_driver_sql(f"DEALLOCATE ALL; {prepare}", execution_options=_AS_IS)
-                prepared.add(prepare)
-            rows = conn.exec_driver_sql(sql, execution_options=_AS_IS).all()
+            if prepare is not None:
+                _ensure_prepared(conn, connection, prepare)
+            # Only this statement's cursor moves to the last result: a caller's own statements
+            # in the transaction (`write_transaction`) get psycopg's usual cursor.
+            default_cursor, raw.cursor_factory = raw.cursor_factory, _LastResultCursor
+            try:
+                rows = conn.exec_driver_sql(sql, execution_options=_AS_IS).all()
+            finally:
+                raw.cursor_factory = default_cursor
         except BaseException:
             _close(raw)
             raise
@@ -146,7 +156,6 @@ class PostgresWriters:
         conn.execution_options(isolation_level="AUTOCOMMIT")  # before detaching: it needs a pool
         connection = conn.connection
         connection.detach()
-        _driver_connection(connection).cursor_factory = _LastResultCursor
         connection.info[_OPENED_AFTER] = self._closes
         return connection
 
@@ -191,6 +200,38 @@ def _driver_connection(connection: PoolProxiedConnection) -> psycopg.Connection[
     raw = connection.dbapi_connection
     assert isinstance(raw, psycopg.Connection)  # the driver `trm_store.connect` selects
     return raw
+
+
+class Prepared(NamedTuple):
+    """A statement a writer connection prepares once: its name, and the `PREPARE` that makes
+    it."""
+
+    name: str
+    statement: str
+
+
+def _ensure_prepared(
+    conn: Connection, connection: PoolProxiedConnection, prepared: Prepared
+) -> None:
+    """Prepare the statement in the session unless it is there. After a rollback it may not
+    be: psycopg's rollback sends `DEALLOCATE ALL` when it holds prepared statements of its own
+    (a canary test checks it still does), which takes this one too; when it holds none, or the
+    rollback followed a failed `COMMIT`, it stays. So the session is asked (one round trip, after
+    a rollback only), and nothing else deallocates psycopg's statements behind its back."""
+    state: dict[str, bool] = connection.info.setdefault(_PREPARED, {})
+    there = state.get(prepared.name)
+    if there is True:
+        return
+    if there is None or not conn.exec_driver_sql(_IS_PREPARED, {"name": prepared.name}).first():
+        conn.exec_driver_sql(prepared.statement, execution_options=_AS_IS)  # autocommit: kept
+    state[prepared.name] = True
+
+
+def _unsure(connection: PoolProxiedConnection) -> None:
+    """After a rollback: whether each prepared statement is still there is unknown."""
+    state: dict[str, bool] = connection.info.get(_PREPARED, {})
+    for name in state:
+        state[name] = False
 
 
 class _LastResultCursor(psycopg.Cursor[Any]):

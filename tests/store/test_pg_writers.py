@@ -15,7 +15,7 @@ from sqlalchemy.engine import ExceptionContext
 
 from tests.store.helpers import TOTALS, Totals, added, in_a_forked_child, totals
 from tests.store.round_trip_proxy import round_trip_proxy
-from trm_store import EventIdConflictError, Projection, open_store
+from trm_store import EventIdConflictError, Projection, StoreError, open_store
 from trm_store.connect import normalise_url
 from trm_store.postgres import WRITER_SLOTS
 
@@ -146,12 +146,16 @@ def test_the_checkpoints_move_in_the_heads_read_and_every_round_trip_is_a_statem
 
 
 @pytest.mark.parametrize("projections", [{}, TOTALS], ids=["no projection", "a projection"])
+@pytest.mark.parametrize("isolation", ["", "serializable", "repeatable%5C%20read"])
 def test_the_heads_read_in_the_lock_round_trip_see_an_append_committed_while_waiting(
-    pg_url: str, projections: dict[str, Projection]
+    pg_url: str, projections: dict[str, Projection], isolation: str
 ) -> None:
     """The heads are read in the round trip that waits for the lock: by a statement whose
     snapshot is taken once the lock is held, so an append that commits while another waits
-    is seen, not overwritten (a stale head would reuse its positions: the insert would fail)."""
+    is seen, not overwritten (a stale head would reuse its positions: the insert would fail).
+    Whatever the session's default isolation: the writers' transactions are READ COMMITTED."""
+    if isolation:
+        pg_url += f"%20-cdefault_transaction_isolation%3D{isolation}"
     inserted, go_on = threading.Event(), threading.Event()
     with (
         open_store(pg_url, projections=projections) as first,
@@ -243,6 +247,43 @@ def test_a_refused_append_keeps_the_writer_connection_and_its_next_append_works(
             store.append("s", [added(n)])
         assert proxy.connections == opened
         assert totals(store) == {"s": (sum(range(1, 14)), 13)}
+
+
+def test_a_failed_commit_keeps_the_prepared_heads_read_and_the_connection(pg_url: str) -> None:
+    """A `COMMIT` that fails (a deferred constraint) rolls back with nothing for psycopg to
+    deallocate: the heads' read stays prepared, and the next appends use it on the same
+    connection, with no error on the way (a blind re-`PREPARE` would fail, or make psycopg
+    deallocate everything again)."""
+    errors: list[str] = []
+    with round_trip_proxy(pg_url) as (proxy, url), open_store(url, projections=TOTALS) as store:
+        with store.write_transaction() as conn:
+            conn.exec_driver_sql(
+                "CREATE TABLE dom (id int PRIMARY KEY,"
+                " parent int REFERENCES dom (id) DEFERRABLE INITIALLY DEFERRED)"
+            )
+        for n in range(1, 8):  # past psycopg's fifth run: it has statements of its own
+            store.append("s", [added(n)])
+        opened = proxy.connections
+        event.listen(
+            store._backend.engine,
+            "handle_error",
+            lambda context: errors.append(str(context.original_exception)),
+        )
+        with pytest.raises(StoreError), store.write_transaction() as conn:
+            conn.exec_driver_sql("INSERT INTO dom VALUES (1, 42)")  # refused at COMMIT
+        for n in range(8, 11):
+            store.append("s", [added(n)])
+        assert proxy.connections == opened
+        assert len(errors) == 1 and "foreign key" in errors[0], errors
+        assert totals(store) == {"s": (sum(range(1, 11)), 10)}
+
+
+def test_a_write_transaction_gets_psycopgs_usual_cursor(pg_url: str) -> None:
+    """Only the statement that begins the transaction has its cursor move to the last result
+    of several: a caller's own multi-statement query gets the first, as on any connection."""
+    with open_store(pg_url, projections={}) as store, store.write_transaction() as conn:
+        result = conn.exec_driver_sql("SELECT 1 AS a; SELECT 2 AS b, 3 AS c")
+        assert list(result.keys()) == ["a"] and result.all() == [(1,)]
 
 
 class _Alarm(Exception):
