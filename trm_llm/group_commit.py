@@ -34,7 +34,7 @@ from typing import Generic, TypeVar
 
 from trm_llm.errors import EventSinkError, LLMConfigError
 
-__all__ = ["GroupCommitter", "Receipt"]
+__all__ = ["GroupCommitter", "Receipt", "mark_retrieved", "running_loop"]
 
 Item = TypeVar("Item")
 Receipt = asyncio.Future[None] | concurrent.futures.Future[None]
@@ -81,13 +81,13 @@ class GroupCommitter(Generic[Item]):
             raise EventSinkError(
                 f"{self._name} belongs to process {self._pid}: a forked process cannot use it"
             )
-        loop = _running_loop()
+        loop = running_loop()
         receipt: Receipt
         if loop is None:
             receipt = concurrent.futures.Future()
         else:
             receipt = loop.create_future()
-            receipt.add_done_callback(_retrieved)  # an unawaited failure is the sink's to log
+            receipt.add_done_callback(mark_retrieved)  # an unawaited failure is the sink's to log
         with self._has_items:
             if self._closed:
                 raise EventSinkError(f"{self._name} is closed: nothing more can be written")
@@ -171,7 +171,9 @@ async def _awaited(receipt: Receipt) -> None:
         await asyncio.wrap_future(receipt)
 
 
-def _retrieved(receipt: asyncio.Future[None]) -> None:
+def mark_retrieved(receipt: asyncio.Future[None]) -> None:
+    """A done callback: marks the receipt's exception as retrieved, so asyncio does not log an
+    unawaited failure (the sink logs it itself)."""
     if not receipt.cancelled():
         receipt.exception()
 
@@ -190,7 +192,8 @@ def _resolve(receipt: Receipt, error: BaseException | None) -> None:
         receipt.set_exception(error)
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The running event loop of this thread, or None."""
     try:
         return asyncio.get_running_loop()
     except RuntimeError:
