@@ -28,13 +28,13 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from trm_llm.errors import EventSinkError, LLMConfigError
 
-__all__ = ["GroupCommitter", "Receipt", "mark_retrieved", "running_loop"]
+__all__ = ["GroupCommitter", "Receipt", "mark_retrieved", "resolve_all", "running_loop"]
 
 Item = TypeVar("Item")
 Receipt = asyncio.Future[None] | concurrent.futures.Future[None]
@@ -161,7 +161,7 @@ class GroupCommitter(Generic[Item]):
                 by_loop.setdefault(entry.loop, []).append((entry.receipt, error))
         for loop, done in by_loop.items():  # one wake-up per loop per batch
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-                loop.call_soon_threadsafe(_resolve_all, done)
+                loop.call_soon_threadsafe(resolve_all, done)
 
 
 async def _awaited(receipt: Receipt) -> None:
@@ -178,7 +178,8 @@ def mark_retrieved(receipt: asyncio.Future[None]) -> None:
         receipt.exception()
 
 
-def _resolve_all(done: list[tuple[Receipt, BaseException | None]]) -> None:
+def resolve_all(done: Iterable[tuple[Receipt, BaseException | None]]) -> None:
+    """Settle each receipt with its outcome (None: written), skipping one already done."""
     for receipt, error in done:
         _resolve(receipt, error)
 

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
 from trm_llm.errors import EventSinkError
-from trm_llm.group_commit import mark_retrieved
+from trm_llm.group_commit import mark_retrieved, resolve_all
 
 __all__ = ["LoopShipper"]
 
@@ -78,13 +78,7 @@ class LoopShipper(Generic[Item]):
                         receipt.cancel()
                     self._queue.clear()
                     raise
-                for (_, receipt), outcome in zip(batch, outcomes, strict=True):
-                    if receipt.done():  # cancelled by a waiter that gave up
-                        continue
-                    if outcome is None:
-                        receipt.set_result(None)
-                    else:
-                        receipt.set_exception(outcome)
+                resolve_all(zip((receipt for _, receipt in batch), outcomes, strict=True))
                 self._in_flight = []
         finally:
             self._task = None
