@@ -8,10 +8,7 @@ client awaits its call's events, so `chat()` returns only once they are committe
 its event is committed (a store error is raised as the store raised it). An event the store
 refuses (validation) fails alone: the batch is then written event by event. `flush()` waits for
 everything emitted so far; `close()` / `aclose()` flush and stop the writer (at exit it flushes
-by itself). With the store work in a child process (`in_child_process`), events emitted on an
-event loop are shipped to the child by the loop itself (`trm_llm.sink_loop`), with the same
-group commit and the same receipts, and no thread. `trm_store` is imported on first use, so
-`import trm_llm` loads no database library.
+by itself). `trm_store` is imported on first use, so `import trm_llm` loads no database library.
 
 Each event goes to stream `llm:{source}` (source = the client's `source`, by default its model
 name; cache events use source "cache"). The payloads, exactly as the client emits them
@@ -81,14 +78,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trm_llm.closing import AsyncClosing
 from trm_llm.errors import EventSinkError
-from trm_llm.group_commit import GroupCommitter, running_loop
-from trm_llm.sink_loop import LoopShipper
+from trm_llm.group_commit import GroupCommitter
 
 if TYPE_CHECKING:
     from trm_llm.sink_process import ChildWriter
@@ -127,12 +122,6 @@ class StoreEventSink(AsyncClosing):
             linger_s=linger_s,
             name="trm-llm-sink",
         )
-        self._max_batch = max_batch
-        self._closed = False
-        self._shippers: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, LoopShipper[_Event]
-        ] = weakref.WeakKeyDictionary()
-        """The child-process sink's shipper of each event loop it is used on (`sink_loop`)."""
 
     @classmethod
     def in_child_process(
@@ -146,11 +135,9 @@ class StoreEventSink(AsyncClosing):
     ) -> StoreEventSink:
         """The same sink, its store work done by a child process that opens the store as
         `open_store(url, durability=durability)` would (`trm_llm.sink_process`): the client's
-        process only ships each batch, so the store never takes the event loop's GIL. Emitted
-        on an event loop, the batches are shipped by the loop itself (`trm_llm.sink_loop`: no
-        writer thread, `linger_s` unused); elsewhere by the writer thread. Blocks until the
-        child has opened the store (about a second) and raises the store's error if it could
-        not. Every registered projection of trm's domain is kept, as `open_store` keeps
+        process only ships each batch, so the store never takes the event loop's GIL. Blocks
+        until the child has opened the store (about a second) and raises the store's error if
+        it could not. Every registered projection of trm's domain is kept, as `open_store` keeps
         them; a projection registered only in this process is not (use the thread writer)."""
         from trm_llm.sink_process import ChildWriter
 
@@ -166,13 +153,7 @@ class StoreEventSink(AsyncClosing):
         `EventSinkError` if the child process writing them died)."""
         from trm_store import NewEvent, StoreError
 
-        event = (f"llm:{source}", NewEvent(f"llm.{event_type}", dict(data)))
-        shipper = self._shipper()
-        if shipper is not None:
-            if self._closed:
-                raise EventSinkError("the store sink is closed: nothing more can be written")
-            return shipper.submit(event)
-        receipt = self._writer.submit(event)
+        receipt = self._writer.submit((f"llm:{source}", NewEvent(f"llm.{event_type}", dict(data))))
         if isinstance(receipt, Awaitable):
             return receipt
         error = receipt.exception()
@@ -185,18 +166,10 @@ class StoreEventSink(AsyncClosing):
     async def flush(self) -> None:
         """Wait until every event emitted so far is committed or has failed."""
         await self._writer.flush()
-        shipper = self._shippers.get(asyncio.get_running_loop())
-        if shipper is not None:
-            await shipper.flush()
 
     def close(self) -> None:
         """Flush and stop the writer thread, and the child process if there is one (blocking:
-        for threads and scripts; on a loop, `aclose`). What a running loop's shipper holds is
-        flushed by that loop first."""
-        self._closed = True
-        for loop, shipper in list(self._shippers.items()):
-            if loop.is_running() and running_loop() is not loop:
-                asyncio.run_coroutine_threadsafe(shipper.flush(), loop).result()
+        for threads and scripts)."""
         self._writer.close()
         if self._child is not None:
             self._child.close()
@@ -204,24 +177,6 @@ class StoreEventSink(AsyncClosing):
     async def aclose(self) -> None:
         """`close()` without blocking the loop."""
         await asyncio.get_running_loop().run_in_executor(None, self.close)
-
-    def _shipper(self) -> LoopShipper[_Event] | None:
-        """The running loop's shipper, for a child-process sink emitted to on a loop."""
-        if self._child is None:
-            return None
-        loop = running_loop()
-        if loop is None:
-            return None
-        shipper = self._shippers.get(loop)
-        if shipper is None:
-            shipper = self._shippers[loop] = LoopShipper(
-                self._awrite, max_batch=self._max_batch, name="trm-llm-sink"
-            )
-        return shipper
-
-    async def _awrite(self, events: Sequence[_Event]) -> list[BaseException | None]:
-        assert self._child is not None
-        return _sink_errors(events, await self._child.awrite(events))
 
     def _write(self, events: Sequence[_Event]) -> list[BaseException | None]:
         if self._child is not None:

@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -334,100 +333,3 @@ async def test_a_child_that_cannot_restart_is_an_event_sink_error(tmp_path: Path
         with pytest.raises(EventSinkError, match="could not restart") as info:
             await sink.emit("sim", "breaker_changed", GOOD)  # type: ignore[misc]
         assert isinstance(info.value.__cause__, StoreError)
-
-
-# -- on an event loop the loop ships the batches (trm_llm.sink_loop) ----------------------------
-
-
-def sink_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name == "trm-llm-sink"]
-
-
-async def test_on_a_loop_no_writer_thread_runs_and_concurrent_events_share_requests(
-    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    requests: list[int] = []
-    awrite = sink_process.ChildWriter.awrite
-
-    async def counted(self: sink_process.ChildWriter, events: Any) -> Any:
-        requests.append(len(events))
-        return await awrite(self, events)
-
-    monkeypatch.setattr(sink_process.ChildWriter, "awrite", counted)
-    with open_store(sqlite_url) as store, child_sink(sqlite_url) as sink:
-        receipts = [
-            sink.emit("sim", "breaker_changed", {**GOOD, "failures": i}) for i in range(300)
-        ]
-        await asyncio.gather(*(r for r in receipts if r))
-        assert sink_threads() == []
-        assert sum(requests) == 300 and len(requests) < 10, requests
-        assert [e.data["failures"] for e in store.read_stream("llm:sim")] == list(range(300))
-
-
-async def test_a_batch_cancelled_mid_request_shuts_its_child_down_and_the_next_starts_anew(
-    sqlite_url: str,
-) -> None:
-    """Cancelled while waiting for the child's answer, the socket is out of step: that child
-    must never get another request (its late answer would be taken for the next batch's)."""
-    with open_store(sqlite_url) as store, child_sink(sqlite_url) as sink:
-        await sink.emit("sim", "breaker_changed", GOOD)  # type: ignore[misc]
-        (pid,) = writer_children(os.getpid())
-        os.kill(pid, signal.SIGSTOP)
-        receipt = sink.emit("sim", "breaker_changed", {**GOOD, "failures": 2})
-        await asyncio.sleep(0.2)  # sent; the stopped child does not answer
-        shipping = sink._shippers[asyncio.get_running_loop()]._task  # type: ignore[attr-defined]
-        assert shipping is not None
-        shipping.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await receipt  # type: ignore[misc]
-        os.kill(pid, signal.SIGCONT)  # it writes that batch, finds the socket shut, exits
-        assert gone(pid, within_s=30)
-        await sink.emit("sim", "breaker_changed", {**GOOD, "failures": 3})  # type: ignore[misc]
-        assert writer_children(os.getpid()) not in ([], [pid])
-        failures = [e.data["failures"] for e in store.read_stream("llm:sim")]
-        assert failures in ([1, 3], [1, 2, 3])  # the cancelled one may or may not be there
-
-
-def test_a_thread_and_two_loops_share_the_child_one_request_at_a_time(sqlite_url: str) -> None:
-    def on_a_loop(tag: int) -> None:
-        async def emit_all() -> None:
-            receipts = [
-                sink.emit("sim", "breaker_changed", {**GOOD, "failures": tag + i})
-                for i in range(200)
-            ]
-            await asyncio.gather(*(r for r in receipts if r))
-
-        asyncio.run(emit_all())
-
-    def from_a_thread() -> None:
-        for i in range(100):
-            assert sink.emit("sim", "breaker_changed", {**GOOD, "failures": 20_000 + i}) is None
-
-    with open_store(sqlite_url) as store, child_sink(sqlite_url) as sink:
-        workers = [
-            threading.Thread(target=on_a_loop, args=(0,)),
-            threading.Thread(target=on_a_loop, args=(10_000,)),
-            threading.Thread(target=from_a_thread),
-        ]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-        failures = sorted(e.data["failures"] for e in store.read_stream("llm:sim"))
-        expected = [*range(200), *range(10_000, 10_200), *range(20_000, 20_100)]
-        assert failures == expected
-        assert len(writer_children(os.getpid())) == 1  # one child served all three
-
-
-async def test_after_close_an_emit_on_the_loop_is_refused_and_starts_no_child(
-    sqlite_url: str,
-) -> None:
-    with open_store(sqlite_url) as store:
-        sink = StoreEventSink.in_child_process(sqlite_url)
-        await sink.emit("sim", "breaker_changed", GOOD)  # type: ignore[misc]
-        sink.close()  # blocking, from the loop's own thread: nothing was queued
-        with pytest.raises(EventSinkError, match="closed"):
-            sink.emit("sim", "breaker_changed", GOOD)
-        await asyncio.sleep(0.2)
-        assert writer_children(os.getpid()) == []
-        assert len(store.read_stream("llm:sim")) == 1
