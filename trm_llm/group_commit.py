@@ -28,13 +28,13 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from trm_llm.errors import EventSinkError, LLMConfigError
 
-__all__ = ["GroupCommitter", "Receipt"]
+__all__ = ["GroupCommitter", "Receipt", "mark_retrieved", "resolve_all", "running_loop"]
 
 Item = TypeVar("Item")
 Receipt = asyncio.Future[None] | concurrent.futures.Future[None]
@@ -81,13 +81,13 @@ class GroupCommitter(Generic[Item]):
             raise EventSinkError(
                 f"{self._name} belongs to process {self._pid}: a forked process cannot use it"
             )
-        loop = _running_loop()
+        loop = running_loop()
         receipt: Receipt
         if loop is None:
             receipt = concurrent.futures.Future()
         else:
             receipt = loop.create_future()
-            receipt.add_done_callback(_retrieved)  # an unawaited failure is the sink's to log
+            receipt.add_done_callback(mark_retrieved)  # an unawaited failure is the sink's to log
         with self._has_items:
             if self._closed:
                 raise EventSinkError(f"{self._name} is closed: nothing more can be written")
@@ -141,6 +141,7 @@ class GroupCommitter(Generic[Item]):
                 batch = [self._queue.popleft() for _ in range(n)]
                 self._has_room.notify_all()
             self._settle(batch, self._written(batch))
+            del batch  # not kept while waiting: its receipts hold their loops
 
     def _written(self, batch: list[_Entry[Item]]) -> list[BaseException | None]:
         items = [e.item for e in batch if e.item is not None]
@@ -161,7 +162,7 @@ class GroupCommitter(Generic[Item]):
                 by_loop.setdefault(entry.loop, []).append((entry.receipt, error))
         for loop, done in by_loop.items():  # one wake-up per loop per batch
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-                loop.call_soon_threadsafe(_resolve_all, done)
+                loop.call_soon_threadsafe(resolve_all, done)
 
 
 async def _awaited(receipt: Receipt) -> None:
@@ -171,12 +172,15 @@ async def _awaited(receipt: Receipt) -> None:
         await asyncio.wrap_future(receipt)
 
 
-def _retrieved(receipt: asyncio.Future[None]) -> None:
+def mark_retrieved(receipt: asyncio.Future[None]) -> None:
+    """A done callback: marks the receipt's exception as retrieved, so asyncio does not log an
+    unawaited failure (the sink logs it itself)."""
     if not receipt.cancelled():
         receipt.exception()
 
 
-def _resolve_all(done: list[tuple[Receipt, BaseException | None]]) -> None:
+def resolve_all(done: Iterable[tuple[Receipt, BaseException | None]]) -> None:
+    """Settle each receipt with its outcome (None: written), skipping one already done."""
     for receipt, error in done:
         _resolve(receipt, error)
 
@@ -190,7 +194,8 @@ def _resolve(receipt: Receipt, error: BaseException | None) -> None:
         receipt.set_exception(error)
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The running event loop of this thread, or None."""
     try:
         return asyncio.get_running_loop()
     except RuntimeError:

@@ -8,7 +8,10 @@ client awaits its call's events, so `chat()` returns only once they are committe
 its event is committed (a store error is raised as the store raised it). An event the store
 refuses (validation) fails alone: the batch is then written event by event. `flush()` waits for
 everything emitted so far; `close()` / `aclose()` flush and stop the writer (at exit it flushes
-by itself). `trm_store` is imported on first use, so `import trm_llm` loads no database library.
+by itself). With the store work in a child process (`in_child_process`), events emitted on an
+event loop are shipped to the child by the loop itself (`trm_llm.sink_loop`), with the same
+group commit and the same receipts, and no thread. `trm_store` is imported on first use, so
+`import trm_llm` loads no database library.
 
 Each event goes to stream `llm:{source}` (source = the client's `source`, by default its model
 name; cache events use source "cache"). The payloads, exactly as the client emits them
@@ -77,13 +80,17 @@ No payload ever holds the API key or a request header.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
-from collections.abc import Awaitable, Mapping, Sequence
+import os
+import weakref
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trm_llm.closing import AsyncClosing
 from trm_llm.errors import EventSinkError
-from trm_llm.group_commit import GroupCommitter
+from trm_llm.group_commit import GroupCommitter, running_loop
+from trm_llm.sink_loop import LoopShipper
 
 if TYPE_CHECKING:
     from trm_llm.sink_process import ChildWriter
@@ -122,6 +129,13 @@ class StoreEventSink(AsyncClosing):
             linger_s=linger_s,
             name="trm-llm-sink",
         )
+        self._max_batch = max_batch
+        self._closed = False
+        self._pid = os.getpid()
+        self._shippers: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, LoopShipper[_Event]
+        ] = weakref.WeakKeyDictionary()
+        """The child-process sink's shipper of each event loop it is used on (`sink_loop`)."""
 
     @classmethod
     def in_child_process(
@@ -135,9 +149,11 @@ class StoreEventSink(AsyncClosing):
     ) -> StoreEventSink:
         """The same sink, its store work done by a child process that opens the store as
         `open_store(url, durability=durability)` would (`trm_llm.sink_process`): the client's
-        process only ships each batch, so the store never takes the event loop's GIL. Blocks
-        until the child has opened the store (about a second) and raises the store's error if
-        it could not. Every registered projection of trm's domain is kept, as `open_store` keeps
+        process only ships each batch, so the store never takes the event loop's GIL. Emitted
+        on an event loop, the batches are shipped by the loop itself (`trm_llm.sink_loop`: no
+        writer thread, `linger_s` unused); elsewhere by the writer thread. Blocks until the
+        child has opened the store (about a second) and raises the store's error if it could
+        not. Every registered projection of trm's domain is kept, as `open_store` keeps
         them; a projection registered only in this process is not (use the thread writer)."""
         from trm_llm.sink_process import ChildWriter
 
@@ -153,7 +169,13 @@ class StoreEventSink(AsyncClosing):
         `EventSinkError` if the child process writing them died)."""
         from trm_store import NewEvent, StoreError
 
-        receipt = self._writer.submit((f"llm:{source}", NewEvent(f"llm.{event_type}", dict(data))))
+        event = (f"llm:{source}", NewEvent(f"llm.{event_type}", dict(data)))
+        shipper = self._shipper()
+        if shipper is not None:
+            if self._closed:
+                raise EventSinkError("the store sink is closed: nothing more can be written")
+            return shipper.submit(event)
+        receipt = self._writer.submit(event)
         if isinstance(receipt, Awaitable):
             return receipt
         error = receipt.exception()
@@ -165,11 +187,32 @@ class StoreEventSink(AsyncClosing):
 
     async def flush(self) -> None:
         """Wait until every event emitted so far is committed or has failed."""
+        shipper = self._shippers.get(asyncio.get_running_loop())
+        if shipper is not None:
+            await shipper.flush()
         await self._writer.flush()
 
     def close(self) -> None:
         """Flush and stop the writer thread, and the child process if there is one (blocking:
-        for threads and scripts)."""
+        for threads and scripts; on a loop, `aclose`). What a loop running in another thread
+        has queued is flushed by that loop first; what a loop that no longer runs left queued
+        is written by the writer thread. Called on a loop's own thread, that loop cannot ship
+        while `close` blocks it: its queued and in-flight events fail at once with
+        `EventSinkError` (the in-flight ones may or may not be committed)."""
+        self._closed = True
+        here = running_loop()
+        for loop, shipper in list(self._shippers.items()):
+            if loop is here:
+                shipper.abandon(
+                    EventSinkError(
+                        "the store sink was closed by its loop's own thread while writing (use"
+                        " aclose() on a loop): the event may or may not be committed"
+                    )
+                )
+            elif loop.is_running():
+                _wait_flushed(shipper, loop)
+            else:
+                shipper.drain()
         self._writer.close()
         if self._child is not None:
             self._child.close()
@@ -178,11 +221,52 @@ class StoreEventSink(AsyncClosing):
         """`close()` without blocking the loop."""
         await asyncio.get_running_loop().run_in_executor(None, self.close)
 
+    def _shipper(self) -> LoopShipper[_Event] | None:
+        """The running loop's shipper, for a child-process sink emitted to on a loop."""
+        if self._child is None:
+            return None
+        loop = running_loop()
+        if loop is None:
+            return None
+        shipper = self._shippers.get(loop)
+        if shipper is None:
+            shipper = self._shippers[loop] = LoopShipper(
+                self._awrite,
+                self._writer.submit,
+                max_batch=self._max_batch,
+                owner=self._pid,
+                name="trm-llm-sink",
+            )
+        return shipper
+
+    async def _awrite(
+        self, events: Sequence[_Event], sending: Callable[[], None]
+    ) -> list[BaseException | None]:
+        assert self._child is not None
+        return _sink_errors(events, await self._child.awrite(events, sending))
+
     def _write(self, events: Sequence[_Event]) -> list[BaseException | None]:
         if self._child is not None:
             return _sink_errors(events, self._child.write(events))
         assert self._store is not None
         return _sink_errors(events, append_events(self._store, events))
+
+
+def _wait_flushed(shipper: LoopShipper[_Event], loop: asyncio.AbstractEventLoop) -> None:
+    """Have `loop` (running in another thread) flush `shipper`, while it runs; if it stops
+    first, the writer thread takes what is left."""
+    flushed = asyncio.run_coroutine_threadsafe(shipper.flush(), loop)
+    while True:
+        try:
+            flushed.result(timeout=0.1)
+            return
+        except concurrent.futures.TimeoutError:
+            if not loop.is_running():
+                flushed.cancel()
+                shipper.drain()
+                return
+        except Exception:  # cancelled by the loop's shutdown: its task drains what is left
+            return
 
 
 def append_events(store: Store, events: Sequence[_Event]) -> list[Exception | None]:

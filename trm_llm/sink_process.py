@@ -7,7 +7,11 @@ forced switch, and the sink cost 1.4-1.9x the plain client (`bench/llm_bench.py`
 group-commit thread only ships each batch to a child process (`python -m trm_llm.sink_process`)
 over a socket pair, one pickled message each way, and waits for the child's answer without the
 GIL; the child opens the store as `open_store(url, durability=...)` would, appends the batch in
-one transaction and answers with each event's error (None: committed).
+one transaction and answers with each event's error (None: committed). On an event loop the
+batch is shipped by the loop itself (`awrite`, from `trm_llm.sink_loop`): no thread hand-off at
+all, one socket write and one wake-up per batch. One request is on the socket at a time,
+whichever path sends it. Messages are length-prefixed frames (`send_frame`, `recv_frame`, and
+their `async` twins), so both ends and both paths share one wire format of trm's own.
 
 - The child runs in the directory and environment the sink was built in (a relative SQLite path
   or `TRM_STORE_URL` means the same store at every start), with the parent's `sys.path` and not
@@ -22,24 +26,28 @@ one transaction and answers with each event's error (None: committed).
 - A child that dies or does not answer within `ANSWER_TIMEOUT_S` (it is then killed) fails the
   batch it held with `EventSinkError` (those events may or may not be committed: the store's
   transaction is atomic, the answer was lost); a child found dead before a batch is sent is
-  replaced first, and a batch never goes to a dead child.
+  replaced first (off the loop, on the loop's path), and a batch never goes to a dead child. A
+  request interrupted on the loop (the task cancelled while waiting for the answer) leaves the
+  socket out of step: that child is shut down, and the next batch starts a new one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import pickle
+import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import closing, suppress
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from trm_llm.errors import EventSinkError
@@ -48,7 +56,7 @@ if TYPE_CHECKING:
     from trm_store import NewEvent
     from trm_store.backend import Durability
 
-__all__ = ["ChildWriter"]
+__all__ = ["ChildWriter", "recv_frame", "send_frame"]
 
 Event = tuple[str, "NewEvent"]  # (stream id, event)
 logger = logging.getLogger("trm_llm.sink")
@@ -60,19 +68,91 @@ ANSWER_TIMEOUT_S = 120
 """How long the child may take over one batch before it is killed and the batch fails: far
 beyond a store's own waits (SQLite's busy timeout, PostgreSQL's connect and lock waits), so
 only a hung or stopped child reaches it, and `close()` never waits forever."""
+_HEADER = struct.Struct("!Q")  # a frame: its length, then its bytes
+_BUSY_WAIT_S = 0.001
+"""How often the loop's path looks again for the socket while a thread's request holds it."""
+
+
+def _ready(sock: socket.socket, event: int, timeout_s: float | None) -> bool:
+    """Whether `sock` is ready for `event` (select.POLLIN, POLLOUT) within `timeout_s` (None:
+    no limit). `poll`, not `select`: a descriptor above 1023 is common in a busy client."""
+    poller = select.poll()
+    poller.register(sock, event)
+    return bool(poller.poll(None if timeout_s is None else max(0, int(timeout_s * 1000))))
+
+
+def send_frame(sock: socket.socket, payload: bytes) -> None:
+    """One frame, whole (blocking until sent, whatever the socket's mode)."""
+    data = memoryview(_HEADER.pack(len(payload)) + payload)
+    while data:
+        try:
+            data = data[sock.send(data) :]
+        except BlockingIOError:
+            _ready(sock, select.POLLOUT, None)
+
+
+def recv_frame(sock: socket.socket, timeout_s: float | None = None) -> bytes:
+    """One frame (EOFError at the end of the stream, TimeoutError past `timeout_s`)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    (size,) = _HEADER.unpack(_recv_exactly(sock, _HEADER.size, deadline))
+    return _recv_exactly(sock, size, deadline)
+
+
+def _recv_exactly(sock: socket.socket, size: int, deadline: float | None) -> bytes:
+    buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise TimeoutError("no answer in time")
+        if not _ready(sock, select.POLLIN, left):
+            continue
+        try:
+            n = sock.recv_into(view[got:])
+        except BlockingIOError:
+            continue
+        if n == 0:
+            raise EOFError("the socket was closed")
+        got += n
+    return bytes(buffer)
+
+
+async def _asend_frame(sock: socket.socket, payload: bytes) -> None:
+    await asyncio.get_running_loop().sock_sendall(sock, _HEADER.pack(len(payload)) + payload)
+
+
+async def _arecv_frame(sock: socket.socket) -> bytes:
+    loop = asyncio.get_running_loop()
+
+    async def exactly(size: int) -> bytes:
+        buffer = bytearray(size)
+        view, got = memoryview(buffer), 0
+        while got < size:
+            n = await loop.sock_recv_into(sock, view[got:])
+            if n == 0:
+                raise EOFError("the socket was closed")
+            got += n
+        return bytes(buffer)
+
+    (size,) = _HEADER.unpack(await exactly(_HEADER.size))
+    return await exactly(size)
 
 
 @dataclass(frozen=True)
 class _Child:
     process: subprocess.Popen[bytes]
-    sock: socket.socket  # the client's end: shut down, the child sees EOF whoever holds a copy
-    conn: Connection  # framed messages over a dup of `sock`
+    sock: socket.socket  # the client's end, non-blocking: shut down, the child sees EOF
+
+    def died_idle(self) -> bool:
+        """Whether it died while no request was out: exited, or its socket readable (EOF)."""
+        return self.process.poll() is not None or _ready(self.sock, select.POLLIN, 0)
 
 
 class ChildWriter:
     """A child process that appends batches to the store at `url`; see the module docstring.
 
-    `write` is called by one thread at a time (the sink's group-commit thread).
+    `write` (from the sink's group-commit thread) and `awrite` (on an event loop) take turns
+    on the socket.
     """
 
     def __init__(self, url: str | None, durability: Durability) -> None:
@@ -83,40 +163,79 @@ class ChildWriter:
         self._env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
         self._owner = os.getpid()
         self._lock = threading.Lock()  # close() may race a failing write's _stop()
+        self._io = threading.Lock()  # one request on the socket at a time
+        self._closed = False
         self._child: _Child | None = self._spawn()
 
     def write(self, events: Sequence[Event]) -> list[Exception | None]:
         """Append `events` in the child; each event's store error (None: committed)."""
-        causes: list[Exception | None] = [None] * len(events)
-        frames: dict[int, bytes] = {}
-        for i, event in enumerate(events):
-            try:
-                frames[i] = pickle.dumps(event, pickle.HIGHEST_PROTOCOL)
-            except Exception as exc:  # e.g. a lock in the data: this event only
-                causes[i] = exc
+        causes, frames = _framed(events)
         if not frames:
             return causes
-        child = self._ready_child()
+        if self._closed:  # before waiting for the socket: a loop stopped mid-request holds it
+            raise EventSinkError("the store sink is closed: nothing more can be written")
+        with self._io:
+            child = self._ready_child()
+            try:
+                send_frame(child.sock, pickle.dumps(list(frames.values()), pickle.HIGHEST_PROTOCOL))
+                answers: list[Exception | None] = pickle.loads(_answer_from(child))
+            except Exception as exc:
+                self._stop()
+                raise _lost(len(events), exc) from exc
+        for i, answer in zip(frames, answers, strict=True):
+            causes[i] = answer
+        return causes
+
+    async def awrite(
+        self, events: Sequence[Event], sending: Callable[[], None] = lambda: None
+    ) -> list[Exception | None]:
+        """`write` on an event loop, without blocking it: the socket is written and read by the
+        loop; a child that must be started again is started by a thread of its executor.
+        `sending()` is called just before the first byte goes: cancelled before it, nothing of
+        the batch reached the child."""
+        if os.getpid() != self._owner:  # a forked copy: the child and its socket are not ours
+            raise EventSinkError(f"the store writer belongs to process {self._owner}")
+        causes, frames = _framed(events)
+        if not frames:
+            return causes
+        while not self._io.acquire(blocking=False):  # a thread's request is out: rare
+            await asyncio.sleep(_BUSY_WAIT_S)
         try:
-            child.conn.send_bytes(pickle.dumps(list(frames.values()), pickle.HIGHEST_PROTOCOL))
-            answers: list[Exception | None] = pickle.loads(_answer_from(child))
-        except Exception as exc:
-            self._stop()
-            message = "the store writer process died; the batch it held may or may not be committed"
-            logger.error("%s (%d events): %s", message, len(events), exc)
-            raise EventSinkError(message) from exc
+            child = self._child
+            if child is None or child.died_idle():
+                child = await asyncio.get_running_loop().run_in_executor(None, self._ready_child)
+            sending()
+            try:
+                async with asyncio.timeout(ANSWER_TIMEOUT_S):
+                    await _asend_frame(
+                        child.sock, pickle.dumps(list(frames.values()), pickle.HIGHEST_PROTOCOL)
+                    )
+                    answers: list[Exception | None] = pickle.loads(await _arecv_frame(child.sock))
+            except BaseException as exc:
+                # Out of step (cancelled mid-request) or dead: shut down in a thread (it waits
+                # for the child to finish its batch), never on the loop.
+                self._stop(wait=False, kill=isinstance(exc, TimeoutError))
+                if not isinstance(exc, Exception):
+                    raise
+                raise _lost(len(events), exc) from exc
+        finally:
+            self._io.release()
         for i, answer in zip(frames, answers, strict=True):
             causes[i] = answer
         return causes
 
     def close(self) -> None:
-        """Shut the socket down; the child finishes its batch, closes its store and exits."""
+        """Shut the socket down; the child finishes its batch, closes its store and exits. No
+        child is started after this: a batch still to write fails with `EventSinkError`."""
+        self._closed = True
         self._stop()
 
     def _ready_child(self) -> _Child:
         """The live child, or a new one if it died while idle (nothing of it is lost)."""
+        if self._closed:
+            raise EventSinkError("the store sink is closed: nothing more can be written")
         child = self._child
-        if child is not None and (child.process.poll() is not None or child.conn.poll(0)):
+        if child is not None and child.died_idle():
             self._stop()  # readable while idle: EOF, it died
             child = None
         if child is None:
@@ -147,14 +266,16 @@ class ChildWriter:
             raise EventSinkError(f"the store writer process could not start: {exc}") from exc
         finally:
             end.close()
-        child = _Child(process, parent, Connection(os.dup(parent.fileno())))
+        parent.setblocking(False)  # for the loop's path; the thread's waits in `select`
+        child = _Child(process, parent)
         try:
-            child.conn.send_bytes(pickle.dumps((self._url, self._durability)))
-            if not child.conn.poll(START_TIMEOUT_S):
+            send_frame(parent, pickle.dumps((self._url, self._durability)))
+            try:
+                (opened,) = pickle.loads(recv_frame(parent, START_TIMEOUT_S))
+            except TimeoutError:
                 raise EventSinkError(
                     f"the store writer process did not open in {START_TIMEOUT_S} s"
-                )
-            (opened,) = pickle.loads(child.conn.recv_bytes())
+                ) from None
         except (EOFError, OSError) as exc:
             opened = EventSinkError("the store writer process exited before opening the store")
             opened.__cause__ = exc
@@ -166,29 +287,51 @@ class ChildWriter:
             raise opened
         return child
 
-    def _stop(self) -> None:
+    def _stop(self, *, wait: bool = True, kill: bool = False) -> None:
+        """Shut the child down (`wait`: until it has exited, else a thread reaps it)."""
         with self._lock:
             child, self._child = self._child, None
         if child is None:
             return
         if os.getpid() != self._owner:  # a forked copy: the child is its parent's, not ours
-            child.conn.close()
             child.sock.close()
             return
-        _end(child)
+        if wait:
+            _end(child, kill=kill)
+        else:
+            threading.Thread(target=_end, args=(child,), kwargs={"kill": kill}).start()
+
+
+def _framed(events: Sequence[Event]) -> tuple[list[Exception | None], dict[int, bytes]]:
+    """Each event pickled alone (by index), and the error of each that does not pickle (e.g. a
+    lock in its data: that event only)."""
+    causes: list[Exception | None] = [None] * len(events)
+    frames: dict[int, bytes] = {}
+    for i, event in enumerate(events):
+        try:
+            frames[i] = pickle.dumps(event, pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            causes[i] = exc
+    return causes, frames
+
+
+def _lost(size: int, cause: BaseException) -> EventSinkError:
+    message = "the store writer process died; the batch it held may or may not be committed"
+    logger.error("%s (%d events): %s: %s", message, size, type(cause).__name__, cause)
+    return EventSinkError(message)
 
 
 def _answer_from(child: _Child) -> bytes:
     """The child's answer to the batch just sent, waited for while it lives, within
     `ANSWER_TIMEOUT_S` (then it is killed)."""
     deadline = time.monotonic() + ANSWER_TIMEOUT_S
-    while not child.conn.poll(1.0):
+    while not _ready(child.sock, select.POLLIN, 1.0):
         if child.process.poll() is not None:
             raise EOFError(f"it exited with status {child.process.returncode}")
         if time.monotonic() > deadline:
             child.process.kill()
             raise TimeoutError(f"no answer in {ANSWER_TIMEOUT_S} s: killed")
-    return child.conn.recv_bytes()
+    return recv_frame(child.sock)
 
 
 def _end(child: _Child, *, kill: bool = False) -> None:
@@ -196,7 +339,6 @@ def _end(child: _Child, *, kill: bool = False) -> None:
     asked, or if it does not exit in time."""
     with suppress(OSError):
         child.sock.shutdown(socket.SHUT_RDWR)
-    child.conn.close()
     child.sock.close()
     if kill:
         child.process.kill()
@@ -237,26 +379,26 @@ def _events(frames: Sequence[bytes]) -> tuple[list[Any], list[Exception | None]]
     return events, errors
 
 
-def serve(conn: Connection) -> None:
+def serve(sock: socket.socket) -> None:
     """The child: open the store the first message names, then append each batch received."""
     from trm_llm.sink import append_events
     from trm_store import open_store
 
-    url, durability = pickle.loads(conn.recv_bytes())
+    url, durability = pickle.loads(recv_frame(sock))
     try:
         store = open_store(url, durability=durability)
     except Exception as exc:
-        conn.send_bytes(_answer([exc]))
+        send_frame(sock, _answer([exc]))
         return
     with closing(store), suppress(EOFError, OSError):  # the parent closed the socket, or died
-        conn.send_bytes(_answer([None]))
+        send_frame(sock, _answer([None]))
         while True:
-            events, errors = _events(pickle.loads(conn.recv_bytes()))
+            events, errors = _events(pickle.loads(recv_frame(sock)))
             appended = iter(append_events(store, events) if events else [])
-            conn.send_bytes(_answer([e if e is not None else next(appended) for e in errors]))
+            send_frame(sock, _answer([e if e is not None else next(appended) for e in errors]))
 
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with closing(Connection(int(sys.argv[1]))) as connection:
-        serve(connection)
+    with socket.socket(fileno=int(sys.argv[1])) as end:
+        serve(end)
