@@ -83,6 +83,7 @@ import asyncio
 import concurrent.futures
 import logging
 import os
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -213,6 +214,11 @@ class StoreEventSink(AsyncClosing):
                 _wait_flushed(shipper, loop)
             else:
                 shipper.drain()
+        if here is not None and self._child is not None:
+            # This loop cannot finish a request it holds the child's socket for, and the
+            # writer thread would wait for that socket: the child goes first, so what the
+            # thread still holds fails at once instead of waiting forever.
+            self._child.close()
         self._writer.close()
         if self._child is not None:
             self._child.close()
@@ -240,10 +246,10 @@ class StoreEventSink(AsyncClosing):
         return shipper
 
     async def _awrite(
-        self, events: Sequence[_Event], sending: Callable[[], None]
+        self, events: Sequence[_Event], sent: Callable[[], None]
     ) -> list[BaseException | None]:
         assert self._child is not None
-        return _sink_errors(events, await self._child.awrite(events, sending))
+        return _sink_errors(events, await self._child.awrite(events, sent))
 
     def _write(self, events: Sequence[_Event]) -> list[BaseException | None]:
         if self._child is not None:
@@ -262,11 +268,14 @@ def _wait_flushed(shipper: LoopShipper[_Event], loop: asyncio.AbstractEventLoop)
             return
         except concurrent.futures.TimeoutError:
             if not loop.is_running():
-                flushed.cancel()
-                shipper.drain()
-                return
+                break
         except Exception:  # cancelled by the loop's shutdown: its task drains what is left
-            return
+            break
+    flushed.cancel()
+    while not shipper.idle() and loop.is_running():  # the cancelled task's drain, on its loop
+        time.sleep(0.01)
+    if not loop.is_running():
+        shipper.drain()  # a stopped loop's task will not: what it left goes to the thread
 
 
 def append_events(store: Store, events: Sequence[_Event]) -> list[Exception | None]:

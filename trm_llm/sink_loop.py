@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from typing import Generic, TypeVar
@@ -38,8 +39,8 @@ Item = TypeVar("Item")
 AsyncWrite = Callable[
     [Sequence[Item], Callable[[], None]], Awaitable[Sequence[BaseException | None]]
 ]
-"""Writes a batch, calling its second argument just before anything is sent; one error (None:
-committed) per item. Raising fails the whole batch."""
+"""Writes a batch, calling its second argument once the whole batch is sent (cancelled before,
+none of it is written); one error (None: committed) per item. Raising fails the whole batch."""
 Fallback = Callable[[Item], "Receipt"]
 """Queues one item with the writer thread; its receipt."""
 
@@ -64,6 +65,7 @@ class LoopShipper(Generic[Item]):
         self._queue: list[tuple[Item, asyncio.Future[None]]] = []
         self._in_flight: list[asyncio.Future[None]] = []
         self._task: asyncio.Task[None] | None = None
+        self._draining = threading.Lock()
 
     def submit(self, item: Item) -> asyncio.Future[None]:
         """Queue `item` (on this shipper's loop); its receipt."""
@@ -87,10 +89,15 @@ class LoopShipper(Generic[Item]):
         if task is not None and not task.done():
             await asyncio.wait([task])
 
+    def idle(self) -> bool:
+        """Whether no task is shipping (or will drain) this queue."""
+        return self._task is None
+
     def drain(self) -> None:
         """Hand what is queued to the fallback (the sink's writer thread), receipts chained:
         for a task that will not ship it (cancelled, its loop ending or blocked in `close`)."""
-        queued, self._queue = self._queue, []
+        with self._draining:  # close() in another thread and the task's end may both drain
+            queued, self._queue = self._queue, []
         for item, receipt in queued:
             if receipt.done():
                 continue
@@ -112,19 +119,19 @@ class LoopShipper(Generic[Item]):
             self._in_flight = [receipt for _, receipt in batch]
             sent = False
 
-            def sending() -> None:
+            def on_sent() -> None:
                 nonlocal sent
                 sent = True
 
             try:
-                outcomes = await self._write([item for item, _ in batch], sending)
+                outcomes = await self._write([item for item, _ in batch], on_sent)
             except Exception as exc:  # the whole batch failed
                 outcomes = [exc] * len(batch)
             except BaseException:
                 if sent:  # cancelled mid-request: the batch may or may not be written
                     for receipt in self._in_flight:
                         receipt.cancel()
-                else:  # nothing of it was sent: it goes to the thread with the rest (`drain`)
+                else:  # not (wholly) sent, so not written: to the thread with the rest (`drain`)
                     self._queue[:0] = batch
                 raise
             finally:
@@ -134,10 +141,10 @@ class LoopShipper(Generic[Item]):
     def _shipped(self, task: asyncio.Task[None]) -> None:
         """The task ended. Cancelled (even before its first step), what it left queued goes to
         the thread, so an event nobody awaited is still written when the loop ends."""
-        if task is self._task:
-            self._task = None  # no reference to a finished task, nor through it to its loop
         if task.cancelled():
             self.drain()
+        if task is self._task:  # after the drain: `idle()` tells close() the queue is handed on
+            self._task = None  # no reference to a finished task, nor through it to its loop
 
 
 def _chain(source: Receipt, target: asyncio.Future[None]) -> None:

@@ -47,7 +47,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import closing, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trm_llm.errors import EventSinkError
@@ -138,10 +138,12 @@ async def _arecv_frame(sock: socket.socket) -> bytes:
     return await exactly(size)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Child:
     process: subprocess.Popen[bytes]
     sock: socket.socket  # the client's end, non-blocking: shut down, the child sees EOF
+    io: threading.Lock = field(default_factory=threading.Lock)  # one request at a time
+    holder: asyncio.AbstractEventLoop | None = None  # the loop whose request holds `io`
 
     def died_idle(self) -> bool:
         """Whether it died while no request was out: exited, or its socket readable (EOF)."""
@@ -163,7 +165,7 @@ class ChildWriter:
         self._env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
         self._owner = os.getpid()
         self._lock = threading.Lock()  # close() may race a failing write's _stop()
-        self._io = threading.Lock()  # one request on the socket at a time
+        self._starting = threading.Lock()  # one start at a time (a thread and a loop's executor)
         self._closed = False
         self._child: _Child | None = self._spawn()
 
@@ -172,54 +174,56 @@ class ChildWriter:
         causes, frames = _framed(events)
         if not frames:
             return causes
-        if self._closed:  # before waiting for the socket: a loop stopped mid-request holds it
-            raise EventSinkError("the store sink is closed: nothing more can be written")
-        with self._io:
-            child = self._ready_child()
-            try:
-                send_frame(child.sock, pickle.dumps(list(frames.values()), pickle.HIGHEST_PROTOCOL))
-                answers: list[Exception | None] = pickle.loads(_answer_from(child))
-            except Exception as exc:
-                self._stop()
-                raise _lost(len(events), exc) from exc
+        child = self._taken()
+        try:
+            send_frame(child.sock, pickle.dumps(list(frames.values()), pickle.HIGHEST_PROTOCOL))
+            answers: list[Exception | None] = pickle.loads(_answer_from(child))
+        except Exception as exc:
+            self._stop(only=child)
+            raise _lost(len(events), exc) from exc
+        finally:
+            child.io.release()
         for i, answer in zip(frames, answers, strict=True):
             causes[i] = answer
         return causes
 
     async def awrite(
-        self, events: Sequence[Event], sending: Callable[[], None] = lambda: None
+        self, events: Sequence[Event], sent: Callable[[], None] = lambda: None
     ) -> list[Exception | None]:
         """`write` on an event loop, without blocking it: the socket is written and read by the
         loop; a child that must be started again is started by a thread of its executor.
-        `sending()` is called just before the first byte goes: cancelled before it, nothing of
-        the batch reached the child."""
+        `sent()` is called once the whole request is on the socket: cancelled before it, the
+        child got none of the batch or part of its frame, and writes none of it."""
         if os.getpid() != self._owner:  # a forked copy: the child and its socket are not ours
             raise EventSinkError(f"the store writer belongs to process {self._owner}")
         causes, frames = _framed(events)
         if not frames:
             return causes
-        while not self._io.acquire(blocking=False):  # a thread's request is out: rare
-            await asyncio.sleep(_BUSY_WAIT_S)
+        loop = asyncio.get_running_loop()
+        child = await self._ataken(loop)
         try:
-            child = self._child
-            if child is None or child.died_idle():
-                child = await asyncio.get_running_loop().run_in_executor(None, self._ready_child)
-            sending()
-            try:
-                async with asyncio.timeout(ANSWER_TIMEOUT_S):
-                    await _asend_frame(
-                        child.sock, pickle.dumps(list(frames.values()), pickle.HIGHEST_PROTOCOL)
-                    )
-                    answers: list[Exception | None] = pickle.loads(await _arecv_frame(child.sock))
-            except BaseException as exc:
-                # Out of step (cancelled mid-request) or dead: shut down in a thread (it waits
-                # for the child to finish its batch), never on the loop.
-                self._stop(wait=False, kill=isinstance(exc, TimeoutError))
-                if not isinstance(exc, Exception):
-                    raise
-                raise _lost(len(events), exc) from exc
+            async with asyncio.timeout(ANSWER_TIMEOUT_S):
+                payload = pickle.dumps(list(frames.values()), pickle.HIGHEST_PROTOCOL)
+                sending = loop.create_task(_asend_frame(child.sock, payload))
+                try:
+                    await asyncio.shield(sending)
+                finally:
+                    if sending.done() and not sending.cancelled() and not sending.exception():
+                        sent()
+                    else:  # cut short: the socket is shut now, before the send goes on
+                        sending.cancel()
+                        _shut(child)
+                answers: list[Exception | None] = pickle.loads(await _arecv_frame(child.sock))
+        except BaseException as exc:
+            # Out of step (cancelled mid-request) or dead: shut down, the child reaped by a
+            # thread (it waits for the child to finish its batch), never on the loop.
+            self._stop(wait=False, kill=isinstance(exc, TimeoutError), only=child)
+            if not isinstance(exc, Exception):
+                raise
+            raise _lost(len(events), exc) from exc
         finally:
-            self._io.release()
+            child.holder = None
+            child.io.release()
         for i, answer in zip(frames, answers, strict=True):
             causes[i] = answer
         return causes
@@ -230,23 +234,61 @@ class ChildWriter:
         self._closed = True
         self._stop()
 
-    def _ready_child(self) -> _Child:
-        """The live child, or a new one if it died while idle (nothing of it is lost)."""
+    def _taken(self) -> _Child:
+        """The current child, its socket taken for one request (for the writer thread). Held
+        by a loop that stopped mid-request (it will never answer for it), that child is shut
+        down and a new one started; a closed writer refuses at once."""
+        while True:
+            child = self._current()
+            if child.io.acquire(timeout=_BUSY_WAIT_S * 50):
+                if self._usable(child):
+                    return child
+                continue
+            holder = child.holder
+            if holder is not None and not holder.is_running():
+                self._stop(wait=False, only=child)
+
+    async def _ataken(self, loop: asyncio.AbstractEventLoop) -> _Child:
+        """`_taken` on a loop: a start in the executor, the socket waited for by polling."""
+        while True:
+            child = self._child
+            if child is None:
+                child = await loop.run_in_executor(None, self._current)
+            if child.io.acquire(blocking=False):
+                if self._usable(child):
+                    child.holder = loop
+                    return child
+                continue
+            await asyncio.sleep(_BUSY_WAIT_S)
+
+    def _usable(self, child: _Child) -> bool:
+        """With `child.io` held: whether it is still the current child and alive. If not, `io`
+        is released, and one that died (readable while no request is out: EOF) is shut down
+        (reaped by a thread: this may run on a loop)."""
+        if child is not self._child:
+            child.io.release()
+            return False
+        if child.died_idle():
+            child.io.release()
+            self._stop(wait=False, only=child)
+            return False
+        return True
+
+    def _current(self) -> _Child:
+        """The current child, or a new one if there is none (nothing of a dead one is lost)."""
         if self._closed:
             raise EventSinkError("the store sink is closed: nothing more can be written")
-        child = self._child
-        if child is not None and child.died_idle():
-            self._stop()  # readable while idle: EOF, it died
-            child = None
-        if child is None:
-            try:
-                child = self._child = self._spawn()
-            except EventSinkError:
-                raise
-            except Exception as exc:  # the store's error, typed for the sink's callers
-                raise EventSinkError(
-                    f"the store writer process could not restart: {type(exc).__name__}: {exc}"
-                ) from exc
+        with self._starting:
+            child = self._child
+            if child is None:
+                try:
+                    child = self._child = self._spawn()
+                except EventSinkError:
+                    raise
+                except Exception as exc:  # the store's error, typed for the sink's callers
+                    raise EventSinkError(
+                        f"the store writer process could not restart: {type(exc).__name__}: {exc}"
+                    ) from exc
         return child
 
     def _spawn(self) -> _Child:
@@ -287,9 +329,12 @@ class ChildWriter:
             raise opened
         return child
 
-    def _stop(self, *, wait: bool = True, kill: bool = False) -> None:
-        """Shut the child down (`wait`: until it has exited, else a thread reaps it)."""
+    def _stop(self, *, wait: bool = True, kill: bool = False, only: _Child | None = None) -> None:
+        """Shut the child down (`wait`: until it has exited, else a thread reaps it); with
+        `only`, only if that one is still the current child."""
         with self._lock:
+            if only is not None and self._child is not only:
+                return
             child, self._child = self._child, None
         if child is None:
             return
@@ -299,6 +344,7 @@ class ChildWriter:
         if wait:
             _end(child, kill=kill)
         else:
+            _shut(child)  # now: whatever still runs on the loop cannot send to it any more
             threading.Thread(target=_end, args=(child,), kwargs={"kill": kill}).start()
 
 
@@ -334,11 +380,16 @@ def _answer_from(child: _Child) -> bytes:
     return recv_frame(child.sock)
 
 
+def _shut(child: _Child) -> None:
+    """Shut the socket down: the child reads what was sent, then EOF."""
+    with suppress(OSError):
+        child.sock.shutdown(socket.SHUT_RDWR)
+
+
 def _end(child: _Child, *, kill: bool = False) -> None:
     """Shut the socket down (the child sees EOF and exits) and reap the child; kill it if
     asked, or if it does not exit in time."""
-    with suppress(OSError):
-        child.sock.shutdown(socket.SHUT_RDWR)
+    _shut(child)
     child.sock.close()
     if kill:
         child.process.kill()

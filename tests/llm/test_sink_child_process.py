@@ -6,6 +6,7 @@ a Ctrl-C reaches the process group, a URL holds a password."""
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import os
 import signal
 import subprocess
@@ -546,3 +547,123 @@ def test_a_loop_that_ended_mid_batch_leaves_no_task_in_the_sink(sqlite_url: str)
         shippers = list(sink._shippers.values())  # type: ignore[attr-defined]
         assert all(shipper._task is None for shipper in shippers)
         assert len(store.read_stream("llm:sim")) == 6
+
+
+# -- and what a second review found in the fixes (each failed before its fix) ------------------
+
+
+def _hold_the_write_lock(sqlite_url: str, seconds: float) -> None:
+    """Another process's write transaction on the file (from a thread here): the child's
+    batch waits for it, so a request is in flight meanwhile."""
+    import sqlite3
+
+    def hold() -> None:
+        conn = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        time.sleep(seconds)
+        conn.execute("ROLLBACK")
+        conn.close()
+
+    threading.Thread(target=hold).start()
+    time.sleep(0.1)
+
+
+def test_close_after_a_loop_stopped_mid_request_writes_what_it_left(sqlite_url: str) -> None:
+    """The stopped loop's task holds the child's socket for good: the writer thread shuts that
+    child down and writes the rest on a new one, instead of waiting forever."""
+    with open_store(sqlite_url) as store:
+        sink = StoreEventSink.in_child_process(sqlite_url, max_batch=10)
+        loop = asyncio.new_event_loop()
+
+        async def emit_and_stop() -> None:
+            for i in range(100):
+                sink.emit("sim", "breaker_changed", {**GOOD, "failures": i})
+            await asyncio.sleep(0.2)  # the first 10 are in the child, waiting for the lock
+
+        _hold_the_write_lock(sqlite_url, 0.5)
+        loop.run_until_complete(emit_and_stop())
+        closing = threading.Thread(target=sink.close, daemon=True)  # it hung: fail, not hang
+        closing.start()
+        closing.join(30)
+        assert not closing.is_alive()
+        loop.close()
+        failures = [e.data["failures"] for e in store.read_stream("llm:sim")]
+        assert sorted(failures) == list(range(100))
+
+
+async def test_close_on_the_loops_thread_with_a_thread_emitting_returns(sqlite_url: str) -> None:
+    outcome: dict[str, str] = {}
+
+    def emit_from_a_thread() -> None:
+        try:
+            sink.emit("other", "breaker_changed", GOOD)
+            outcome["thread"] = "committed"
+        except EventSinkError:
+            outcome["thread"] = "refused"
+
+    with open_store(sqlite_url) as store:
+        sink = StoreEventSink.in_child_process(sqlite_url)
+        _hold_the_write_lock(sqlite_url, 1.0)
+        receipts = [sink.emit("sim", "breaker_changed", GOOD) for _ in range(50)]
+        await asyncio.sleep(0.1)  # in the child, the socket held by this loop
+        emitter = threading.Thread(target=emit_from_a_thread)
+        emitter.start()
+        await asyncio.sleep(0.1)
+        faulthandler.dump_traceback_later(120, exit=True)  # it hung: end the run, loudly
+        try:
+            sink.close()  # blocking, on the loop's own thread
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+        emitter.join(30)
+        assert outcome == {"thread": "refused"}  # failed typed, never waited for good
+        outcomes = await asyncio.gather(*(r for r in receipts if r), return_exceptions=True)
+        assert all(isinstance(o, EventSinkError) for o in outcomes)
+        assert len(store.read_stream("llm:sim")) in (0, 50)
+
+
+def test_close_from_a_thread_racing_the_end_of_asyncio_run_loses_nothing(
+    sqlite_url: str,
+) -> None:
+    """What the ending loop's task had queued is handed to the writer thread before close()
+    stops it (it was refused: the task marked itself idle before draining)."""
+    closed: list[str] = []
+
+    def close() -> None:
+        sink.close()
+        closed.append("returned")
+
+    async def emit_then_end() -> None:
+        _hold_the_write_lock(sqlite_url, 0.6)
+        for i in range(100):
+            sink.emit("sim", "breaker_changed", {**GOOD, "failures": i})
+        await asyncio.sleep(0.1)  # the first batch is in the child, 90 queued
+        threading.Thread(target=close).start()
+        await asyncio.sleep(0.1)  # close() waits for this loop's flush; then the loop ends
+
+    with open_store(sqlite_url) as store:
+        sink = StoreEventSink.in_child_process(sqlite_url, max_batch=10)
+        asyncio.run(emit_then_end())
+        deadline = time.monotonic() + 30
+        while not closed and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert closed == ["returned"]
+        failures = [e.data["failures"] for e in store.read_stream("llm:sim")]
+        assert failures == list(range(100))  # none lost, in order
+
+
+def test_a_batch_cut_mid_frame_is_handed_on_not_lost(sqlite_url: str) -> None:
+    """A frame larger than the socket's buffer is still being sent when `asyncio.run` ends:
+    the child gets part of it and writes none of it, so the batch goes to the thread."""
+
+    async def emit_and_end() -> None:
+        for i in range(5000):
+            sink.emit("sim", "breaker_changed", {**GOOD, "failures": i, "call_id": "x" * 255})
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    with open_store(sqlite_url) as store:
+        sink = StoreEventSink.in_child_process(sqlite_url, max_batch=2048)
+        asyncio.run(emit_and_end())
+        sink.close()
+        failures = [e.data["failures"] for e in store.read_stream("llm:sim")]
+        assert sorted(failures) == list(range(5000))
