@@ -10,8 +10,8 @@ GIL; the child opens the store as `open_store(url, durability=...)` would, appen
 one transaction and answers with each event's error (None: committed). On an event loop the
 batch is shipped by the loop itself (`awrite`, from `trm_llm.sink_loop`): no thread hand-off at
 all, one socket write and one wake-up per batch. One request is on the socket at a time,
-whichever path sends it. Messages are length-prefixed frames (`send_frame`, `recv_frame`, and
-their `async` twins), so both ends and both paths share one wire format of trm's own.
+whichever path sends it. Messages are length-prefixed frames (`trm_llm.sink_frames`), so both
+ends and both paths share one wire format of trm's own.
 
 - The child runs in the directory and environment the sink was built in (a relative SQLite path
   or `TRM_STORE_URL` means the same store at every start), with the parent's `sys.path` and not
@@ -40,7 +40,6 @@ import pickle
 import select
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -51,12 +50,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trm_llm.errors import EventSinkError
+from trm_llm.sink_frames import arecv_frame, asend_frame, ready, recv_frame, send_frame
 
 if TYPE_CHECKING:
     from trm_store import NewEvent
     from trm_store.backend import Durability
 
-__all__ = ["ChildWriter", "recv_frame", "send_frame"]
+__all__ = ["ChildWriter"]
 
 Event = tuple[str, "NewEvent"]  # (stream id, event)
 logger = logging.getLogger("trm_llm.sink")
@@ -68,74 +68,8 @@ ANSWER_TIMEOUT_S = 120
 """How long the child may take over one batch before it is killed and the batch fails: far
 beyond a store's own waits (SQLite's busy timeout, PostgreSQL's connect and lock waits), so
 only a hung or stopped child reaches it, and `close()` never waits forever."""
-_HEADER = struct.Struct("!Q")  # a frame: its length, then its bytes
 _BUSY_WAIT_S = 0.001
 """How often the loop's path looks again for the socket while a thread's request holds it."""
-
-
-def _ready(sock: socket.socket, event: int, timeout_s: float | None) -> bool:
-    """Whether `sock` is ready for `event` (select.POLLIN, POLLOUT) within `timeout_s` (None:
-    no limit). `poll`, not `select`: a descriptor above 1023 is common in a busy client."""
-    poller = select.poll()
-    poller.register(sock, event)
-    return bool(poller.poll(None if timeout_s is None else max(0, int(timeout_s * 1000))))
-
-
-def send_frame(sock: socket.socket, payload: bytes) -> None:
-    """One frame, whole (blocking until sent, whatever the socket's mode)."""
-    data = memoryview(_HEADER.pack(len(payload)) + payload)
-    while data:
-        try:
-            data = data[sock.send(data) :]
-        except BlockingIOError:
-            _ready(sock, select.POLLOUT, None)
-
-
-def recv_frame(sock: socket.socket, timeout_s: float | None = None) -> bytes:
-    """One frame (EOFError at the end of the stream, TimeoutError past `timeout_s`)."""
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    (size,) = _HEADER.unpack(_recv_exactly(sock, _HEADER.size, deadline))
-    return _recv_exactly(sock, size, deadline)
-
-
-def _recv_exactly(sock: socket.socket, size: int, deadline: float | None) -> bytes:
-    buffer = bytearray(size)
-    view, got = memoryview(buffer), 0
-    while got < size:
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            raise TimeoutError("no answer in time")
-        if not _ready(sock, select.POLLIN, left):
-            continue
-        try:
-            n = sock.recv_into(view[got:])
-        except BlockingIOError:
-            continue
-        if n == 0:
-            raise EOFError("the socket was closed")
-        got += n
-    return bytes(buffer)
-
-
-async def _asend_frame(sock: socket.socket, payload: bytes) -> None:
-    await asyncio.get_running_loop().sock_sendall(sock, _HEADER.pack(len(payload)) + payload)
-
-
-async def _arecv_frame(sock: socket.socket) -> bytes:
-    loop = asyncio.get_running_loop()
-
-    async def exactly(size: int) -> bytes:
-        buffer = bytearray(size)
-        view, got = memoryview(buffer), 0
-        while got < size:
-            n = await loop.sock_recv_into(sock, view[got:])
-            if n == 0:
-                raise EOFError("the socket was closed")
-            got += n
-        return bytes(buffer)
-
-    (size,) = _HEADER.unpack(await exactly(_HEADER.size))
-    return await exactly(size)
 
 
 @dataclass
@@ -147,7 +81,7 @@ class _Child:
 
     def died_idle(self) -> bool:
         """Whether it died while no request was out: exited, or its socket readable (EOF)."""
-        return self.process.poll() is not None or _ready(self.sock, select.POLLIN, 0)
+        return self.process.poll() is not None or ready(self.sock, select.POLLIN, 0)
 
 
 class ChildWriter:
@@ -204,7 +138,7 @@ class ChildWriter:
         try:
             async with asyncio.timeout(ANSWER_TIMEOUT_S):
                 payload = pickle.dumps(list(frames.values()), pickle.HIGHEST_PROTOCOL)
-                sending = loop.create_task(_asend_frame(child.sock, payload))
+                sending = loop.create_task(asend_frame(child.sock, payload))
                 try:
                     await asyncio.shield(sending)
                 finally:
@@ -213,7 +147,7 @@ class ChildWriter:
                     else:  # cut short: the socket is shut now, before the send goes on
                         sending.cancel()
                         _shut(child)
-                answers: list[Exception | None] = pickle.loads(await _arecv_frame(child.sock))
+                answers: list[Exception | None] = pickle.loads(await arecv_frame(child.sock))
         except BaseException as exc:
             # Out of step (cancelled mid-request) or dead: shut down, the child reaped by a
             # thread (it waits for the child to finish its batch), never on the loop.
@@ -371,7 +305,7 @@ def _answer_from(child: _Child) -> bytes:
     """The child's answer to the batch just sent, waited for while it lives, within
     `ANSWER_TIMEOUT_S` (then it is killed)."""
     deadline = time.monotonic() + ANSWER_TIMEOUT_S
-    while not _ready(child.sock, select.POLLIN, 1.0):
+    while not ready(child.sock, select.POLLIN, 1.0):
         if child.process.poll() is not None:
             raise EOFError(f"it exited with status {child.process.returncode}")
         if time.monotonic() > deadline:
