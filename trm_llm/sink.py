@@ -173,8 +173,6 @@ class StoreEventSink(AsyncClosing):
         event = (f"llm:{source}", NewEvent(f"llm.{event_type}", dict(data)))
         shipper = self._shipper()
         if shipper is not None:
-            if self._closed:
-                raise EventSinkError("the store sink is closed: nothing more can be written")
             return shipper.submit(event)
         receipt = self._writer.submit(event)
         if isinstance(receipt, Awaitable):
@@ -228,12 +226,15 @@ class StoreEventSink(AsyncClosing):
         await asyncio.get_running_loop().run_in_executor(None, self.close)
 
     def _shipper(self) -> LoopShipper[_Event] | None:
-        """The running loop's shipper, for a child-process sink emitted to on a loop."""
+        """The running loop's shipper, for a child-process sink emitted to on a loop (closed:
+        `EventSinkError`)."""
         if self._child is None:
             return None
         loop = running_loop()
         if loop is None:
             return None
+        if self._closed:  # before a shipper is made for a loop that never used the sink
+            raise EventSinkError("the store sink is closed: nothing more can be written")
         shipper = self._shippers.get(loop)
         if shipper is None:
             shipper = self._shippers[loop] = LoopShipper(

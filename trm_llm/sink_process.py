@@ -242,7 +242,7 @@ class ChildWriter:
             raise EventSinkError(f"the store writer process could not start: {exc}") from exc
         finally:
             end.close()
-        parent.setblocking(False)  # for the loop's path; the thread's waits in `select`
+        parent.setblocking(False)  # for the loop's path; the thread's waits in `poll`
         child = _Child(process, parent)
         try:
             send_frame(parent, pickle.dumps((self._url, self._durability)))

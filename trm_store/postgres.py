@@ -73,7 +73,7 @@ class PostgresBackend:
             url, connect_args=connect_args, pool_pre_ping=True, json_serializer=serialize_json
         )
         self._writers = PostgresWriters(self.engine, WRITER_SLOTS)
-        self._heads_sql: str | None = None
+        self._heads_sql: Prepared | None = None
         if read_only:
             guard_read_only(self.engine, self.describe())
 
@@ -99,12 +99,12 @@ class PostgresBackend:
         with self._writers.transaction(
             _APPEND_LOCK_NOTIFY_AND_HEADS,
             {"s": stream_id, "events": 0 if advance is None else advance.events},
-            prepare=Prepared(_HEADS_STATEMENT, self._heads_statement(advance)),
+            prepare=self._heads_statement(advance),
         ) as (conn, rows):
             ((log_head, version, moved),) = rows
             yield conn, int(log_head), int(version), None if advance is None else int(moved)
 
-    def _heads_statement(self, advance: CheckpointAdvance | None) -> str:
+    def _heads_statement(self, advance: CheckpointAdvance | None) -> Prepared:
         """`PREPARE` of the heads' read (the log's head, the stream's version, and how many
         checkpoints it moved, with the checkpoints' `UPDATE` in a data-modifying CTE when there
         are projections). Built once per store (its projections do not change)."""
@@ -123,13 +123,14 @@ class PostgresBackend:
                     .format(current)
                     .as_string()
                 )
-            self._heads_sql = (
+            self._heads_sql = Prepared(
+                _HEADS_STATEMENT,
                 f"PREPARE {_HEADS_STATEMENT}(text, bigint) AS"
                 " WITH h AS (SELECT coalesce(max(position), 0) AS head FROM events),"
                 f" moved AS ({moved})"
                 " SELECT h.head,"
                 " (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = $1),"
-                " (SELECT count(*) FROM moved) FROM h"
+                " (SELECT count(*) FROM moved) FROM h",
             )
         return self._heads_sql
 
