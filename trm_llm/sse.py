@@ -89,7 +89,8 @@ class SseDecoder:
     """
 
     def __init__(self, max_line_chars: int = MAX_LINE_CHARS) -> None:
-        self._utf8 = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._started = False  # a first character was decoded: a BOM there has been dropped
         self._max = max_line_chars
         self._pending: list[str] = []  # the pieces of the unfinished last line
         self._pending_chars = 0
@@ -100,7 +101,16 @@ class SseDecoder:
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """Decode one chunk; return the events it completed."""
-        text = self._utf8.decode(chunk)
+        text = self._decode(chunk)
+        if (  # the usual chunk, one whole event "data: ...\n\n" and nothing held: as `_lines`
+            text.startswith("data: ")
+            and text.find("\n") == len(text) - 2
+            and text.endswith("\n\n")
+            and not (self._pending or self._held_cr or self._data or self._event)
+            and "\r" not in text
+            and len(text) <= self._max
+        ):
+            return [ServerSentEvent(data=text[6:-2])]
         if not self._held_cr and "\n" not in text and "\r" not in text:
             self._hold(text)  # the middle of a long line: keep the piece, join it later
             return []
@@ -108,13 +118,23 @@ class SseDecoder:
 
     def end(self) -> list[ServerSentEvent]:
         """End of body: dispatch a pending unframed `[DONE]`; drop any other pending event."""
-        lines = self._split(self._utf8.decode(b"", final=True), final=True)
+        lines = self._split(self._decode(b"", final=True), final=True)
         last = lines.pop()
         events = self._lines(lines)
         if last:
             self._line(last)
         data, self._data, self._event, self._data_chars = self._data, [], "", 0
         return [*events, ServerSentEvent(data=DONE)] if data == [DONE] else events
+
+    def _decode(self, chunk: bytes, final: bool = False) -> str:
+        """UTF-8 (bad bytes replaced), a BOM at the very start dropped. Done here, not by the
+        "utf-8-sig" codec: that one adds a Python call on every chunk of every stream."""
+        text = self._utf8.decode(chunk, final)
+        if not self._started and text:
+            self._started = True
+            if text[0] == "\ufeff":
+                return text[1:]
+        return text
 
     def _hold(self, text: str) -> None:
         self._pending_chars += len(text)
@@ -125,14 +145,16 @@ class SseDecoder:
     def _split(self, text: str, *, final: bool = False) -> list[str]:
         """The complete lines so far, then (if `final`) the unfinished last one; otherwise the
         unfinished last line is held for the next chunk."""
-        text = "".join(self._pending) + ("\r" if self._held_cr else "") + text
-        self._pending, self._pending_chars, self._held_cr = [], 0, False
+        if self._pending or self._held_cr:
+            text = "".join(self._pending) + ("\r" if self._held_cr else "") + text
+            self._pending, self._pending_chars, self._held_cr = [], 0, False
         if not final and text.endswith("\r"):
             self._held_cr, text = True, text[:-1]
         lines = _split_lines(text)
-        if not final:
-            self._hold(lines.pop())
-        if any(len(line) > self._max for line in lines):
+        if not final and (last := lines.pop()):
+            self._hold(last)
+        # No line is longer than the text: the usual chunk skips the look at each line.
+        if len(text) > self._max and any(len(line) > self._max for line in lines):
             raise SseAnomaly("line_too_long", f"a line longer than {self._max} characters")
         return lines
 
@@ -187,6 +209,7 @@ class StreamAccumulator:
         self._finish: dict[int, str | None] = {}
         self._usage: dict[str, Any] | None = None
         self._model: str | None = None
+        self._model_raw: str | None = None  # as streamed, before `repair_text`
 
     def feed_event(self, event: ServerSentEvent) -> bool:
         """Feed one event; a named `error` event is an error payload. Nothing after `[DONE]`
@@ -206,7 +229,7 @@ class StreamAccumulator:
             self.progress += 1
             return False
         try:
-            obj = json.loads(data)
+            obj = _json(data)
         except (ValueError, RecursionError):  # RecursionError: nesting deeper than Python's stack
             raise SseAnomaly("malformed_json", "data is not JSON") from None
         if not isinstance(obj, dict):
@@ -214,8 +237,8 @@ class StreamAccumulator:
         if obj.get("error") is not None or obj.get("object") == "error":  # {"error": null} is not
             raise SseAnomaly("error_payload", _short(obj.get("error") or obj.get("message")))
         model = obj.get("model")
-        if isinstance(model, str):
-            self._model = repair_text(model)
+        if isinstance(model, str) and model != self._model_raw:  # usually the same each event
+            self._model_raw, self._model = model, repair_text(model)
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self._usage = usage
@@ -290,6 +313,20 @@ def parse_stream(chunks: Iterable[bytes], profile: str = "strict") -> StreamResu
     for event in decoder.end():
         acc.feed_event(event)
     return acc.finish()
+
+
+_raw_decode = json.JSONDecoder().raw_decode
+
+
+def _json(data: str) -> Any:
+    """`json.loads(data)`, one bare JSON value (every event's data) decoded without its two
+    Python calls and two regex matches; anything else (whitespace around the value, text after
+    it, not JSON) is left to `json.loads` itself, to decode or refuse as usual."""
+    try:
+        value, end = _raw_decode(data)
+    except ValueError:
+        return json.loads(data)
+    return value if end == len(data) else json.loads(data)
 
 
 def _split_lines(text: str) -> list[str]:

@@ -275,3 +275,74 @@ def test_decoder_is_chunking_and_newline_invariant(
     got = [e.data for piece in _split(text.encode(), cuts) for e in decoder.feed(piece)]
     got += [e.data for e in decoder.end()]
     assert got == ["\n".join(lines) for lines in events]
+
+
+sse_line_st = st.one_of(
+    st.builds("data: {}".format, line_st),
+    st.builds("data:{}".format, line_st),
+    st.builds("event: {}".format, line_st),
+    st.builds(": {}".format, line_st),
+    st.just(""),
+    line_st,
+)
+
+
+def _decoded(pieces: Sequence[bytes], max_line_chars: int) -> list[tuple[str, str]] | str:
+    """The events of `pieces` (name, data), or the anomaly's reason."""
+    decoder = SseDecoder(max_line_chars)
+    try:
+        events = [e for piece in pieces for e in decoder.feed(piece)] + decoder.end()
+    except SseAnomaly as exc:
+        return exc.reason
+    return [(e.event, e.data) for e in events]
+
+
+@given(
+    lines=st.lists(st.tuples(sse_line_st, st.sampled_from(["\n", "\r\n", "\r"])), max_size=12),
+    bom=st.booleans(),
+    cuts=st.lists(st.integers(min_value=0), max_size=6),
+    max_line_chars=st.sampled_from([4, 8, 12, 1 << 20]),
+)
+def test_whole_event_chunks_decode_as_any_other_chunking(
+    lines: list[tuple[str, str]], bom: bool, cuts: list[int], max_line_chars: int
+) -> None:
+    """Chunks that each hold one whole `data: ...` event (the decoder's fast path) give the
+    events, or the anomaly, that feeding the same bytes one at a time gives."""
+    text = "".join(line + newline for line, newline in lines)
+    raw = ("\ufeff" if bom else "") + text
+    data = raw.encode()
+    at_events = [len(raw[:i].encode()) for i in range(len(raw)) if raw.startswith("data: ", i)]
+    whole_events = _split(data, at_events + cuts)
+    one_byte = [data[i : i + 1] for i in range(len(data))]
+    assert _decoded(whole_events, max_line_chars) == _decoded(one_byte, max_line_chars)
+
+
+@pytest.mark.parametrize(
+    ("pieces", "max_line_chars"),
+    [
+        ([b"event: x\n", b"data: a\n\n"], 99),  # an event name held from the chunk before
+        ([b"data: a\n", b"data: b\n\n"], 99),  # a data line held from the chunk before
+        ([b"data: a", b"data: b\n\n"], 99),  # a line piece held
+        ([b"data: a\r", b"data: b\n\n"], 99),  # a CR held: maybe half of a CRLF
+        ([b"data: a\rb\n\n"], 99),  # a CR inside: two lines, the second a field "b"
+        ([b"data: abc\n\n"], 8),  # a line longer than the bound
+        ([b"data: a\n\n", b"data: b\n\n"], 99),
+    ],
+)
+def test_whole_event_chunks_after_held_state_or_odd_ones(
+    pieces: list[bytes], max_line_chars: int
+) -> None:
+    one_byte = [bytes([b]) for b in b"".join(pieces)]
+    assert _decoded(pieces, max_line_chars) == _decoded(one_byte, max_line_chars)
+
+
+@pytest.mark.parametrize("data", [' {"choices": []}', '{"choices": []}\n ', "\t{}"])
+def test_json_data_with_whitespace_around_it_is_decoded(data: str) -> None:
+    assert StreamAccumulator(get_profile("strict")).feed(data) is False
+
+
+@pytest.mark.parametrize("data", ['{"choices": []} x', '{"choices": []}{}', "{", "", " "])
+def test_json_data_with_anything_else_is_malformed(data: str) -> None:
+    with pytest.raises(SseAnomaly) as caught:
+        StreamAccumulator(get_profile("strict")).feed(data)
+    assert caught.value.reason == "malformed_json"
