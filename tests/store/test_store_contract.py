@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.exc import DBAPIError
 
@@ -191,6 +191,39 @@ def test_nan_in_data_is_refused_even_when_the_model_allows_it(store: Store) -> N
     register_event_type("test.loose", Loose)
     with pytest.raises(EventValidationError, match="finite"):
         store.append("s", [NewEvent("test.loose", {"value": float("inf")})])
+    assert store.head_position() == 0
+
+
+class _NullsNonFinite(BaseModel):
+    """A model whose own config has pydantic write NaN as null where it infers the type."""
+
+    model_config = ConfigDict(ser_json_inf_nan="null")
+    anything: Any = None
+
+
+class _Untyped(BaseModel):
+    anything: Any = None
+    mapping: dict[str, Any] = {}
+    inner: _NullsNonFinite | None = None
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"anything": float("nan")},
+        {"anything": [1.0, {"deep": (float("-inf"),)}]},
+        {"mapping": {"x": float("nan")}},
+        {"inner": {"anything": float("nan")}},
+        _Untyped(anything=float("inf")),  # a model instance: not validated again
+    ],
+    ids=["any", "any-nested", "dict-value", "inner-config-null", "instance"],
+)
+def test_nan_where_pydantic_infers_the_type_is_refused_not_written_as_null(
+    store: Store, data: Any
+) -> None:
+    register_event_type("test.untyped", _Untyped)
+    with pytest.raises(EventValidationError, match="finite"):
+        store.append("s", [NewEvent("test.untyped", data)])
     assert store.head_position() == 0
 
 
