@@ -15,7 +15,7 @@ from trm_store import domain
 from trm_store.backend import Durability, store_error
 from trm_store.connect import create_backend, default_url
 from trm_store.migrate import ensure_schema
-from trm_store.projections import Projection, registered_projections
+from trm_store.projections import Projection, keyed_by_name, registered_projections
 from trm_store.store import Store
 
 __all__ = ["open_store"]
@@ -38,11 +38,13 @@ def open_store(
     `mode=ro`. A database that is not a trm store but holds tables of its own raises
     ForeignDatabaseError unless adopt_database=True, which adds trm's tables beside them.
     `projections` defaults to every registered projection (trm's domain read models and any the
-    caller registered).
+    caller registered); a mapping given holds each projection under its own `name` (StoreError
+    otherwise, before the database is touched).
     """
     domain.load()
+    chosen = registered_projections() if projections is None else keyed_by_name(projections)
     backend = create_backend(default_url(url), read_only=read_only, durability=durability)
-    store = Store(backend, registered_projections() if projections is None else projections)
+    store = Store(backend, chosen)
     try:
         if backend.read_only:  # asked for, or said by the URL (mode=ro)
             with backend.read_transaction() as conn:

@@ -65,3 +65,20 @@ def register_projection(projection: Projection) -> Projection:
 def registered_projections() -> dict[str, Projection]:
     """The registered projections by name, in registration order."""
     return dict(_PROJECTIONS)
+
+
+def keyed_by_name(projections: Mapping[str, Projection]) -> dict[str, Projection]:
+    """`projections` as given, each a Projection under its own name, else StoreError: an
+    append moves a checkpoint by its key and a rebuild by its name, so a projection under
+    another key would never move."""
+    if not isinstance(projections, Mapping):
+        kind = type(projections).__name__
+        raise StoreError(f"projections: a mapping of name -> Projection, not a {kind}")
+    for key, projection in projections.items():
+        if not isinstance(projection, Projection):
+            raise StoreError(f"projections: {key!r} is no Projection ({type(projection).__name__})")
+        if key != projection.name:
+            raise StoreError(
+                f"projections: the key {key!r} is not the projection's name {projection.name!r}"
+            )
+    return dict(projections)

@@ -187,3 +187,25 @@ def test_only_current_projections_advance_inline_and_the_lagging_one_catches_up(
         assert store.verify_projections() == []
         with store.query("test_other_totals") as (conn, tables):
             assert conn.execute(select(tables["totals"].c.total)).scalar_one() == 6
+
+
+@pytest.mark.parametrize(
+    ("projections", "problem"),
+    [
+        ({"alias": Totals()}, "key 'alias' is not the projection's name 'test_totals'"),
+        ({"test_totals": "totals"}, "'test_totals' is no Projection"),
+        ([Totals()], "a mapping of name -> Projection, not a list"),
+    ],
+    ids=["key-not-its-name", "not-a-projection", "not-a-mapping"],
+)
+def test_projections_not_keyed_by_their_own_name_are_refused_before_any_write(
+    store_url: str, projections: object, problem: str
+) -> None:
+    """A projection under another key would be rebuilt under its name and advanced under the
+    key: its checkpoint would never move."""
+    with pytest.raises(StoreError, match=problem):
+        open_store(store_url, projections=projections)  # type: ignore[arg-type]
+    with open_store(store_url, projections=TOTALS) as store:
+        store.append("a", [added(1)])
+    assert set(_state(store_url)) == {"test_totals"}
+    assert _state(store_url)["test_totals"][1] == 1
