@@ -6,12 +6,12 @@ schema version is upcast when read (`EventType.read`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import CoreConfig, SchemaSerializer
 
 from trm_store.errors import EventValidationError
 
@@ -28,7 +28,7 @@ Upcaster = Callable[[int, dict[str, Any]], dict[str, Any]]
 """Turns the data of an older schema version (given) into the data of the current one."""
 
 _TYPE_NAME_MAX = 128
-_KEEP_NON_FINITE: CoreConfig = {"ser_json_inf_nan": "constants"}
+_MAX_DEPTH = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,18 +39,13 @@ class EventType:
     model: type[BaseModel]
     schema_version: int = 1
     upcast: Upcaster | None = field(default=None)
-    _serializer: SchemaSerializer | None = field(
-        default=None, init=False, repr=False, compare=False
-    )
 
     def validate(self, data: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
         """Validate `data` against the model; return its normal form (dumps_json checks it).
 
         NaN and infinities are refused even where the model would take them: pydantic's JSON
-        mode writes them as null where a value's type is inferred (an `Any` field, a dict's
-        values), so they are serialised as floats (`_KEEP_NON_FINITE`) and `dumps_json`, which
-        refuses them, sees them. The model's validator and serializer are called directly:
-        `model_validate` and `model_dump` only wrap them, at twice their cost.
+        mode would silently write them as null. The model's validator and serializer are called
+        directly: `model_validate` and `model_dump` only wrap them, at twice their cost.
         """
         model = self.model
         if type(data) is not dict and not isinstance(data, (model, Mapping)):
@@ -58,27 +53,20 @@ class EventType:
                 f"event {self.name!r}: data must be a mapping, got {type(data).__name__}"
             )
         try:
+            _refuse_non_finite(data)
             instance = (
                 data
                 if isinstance(data, model)
                 else model.__pydantic_validator__.validate_python(data)
             )
-            serializer = self._serializer or self._keeping_non_finite()
-            normal: dict[str, Any] = serializer.to_python(instance, mode="json")
+            normal: dict[str, Any] = model.__pydantic_serializer__.to_python(instance, mode="json")
         except ValidationError as e:
             raise EventValidationError(f"event {self.name!r}: {validation_problem(e)}") from e
         except (ValueError, RecursionError) as e:
-            # ValueError: bytes that are not UTF-8, nesting past pydantic's serialisation depth.
+            # ValueError: a non-finite float, bytes that are not UTF-8, nesting past pydantic's
+            # serialisation depth.
             raise EventValidationError(f"event {self.name!r}: {e}") from e
         return normal
-
-    def _keeping_non_finite(self) -> SchemaSerializer:
-        """The model's serializer with NaN and infinities kept as floats wherever they are (the
-        model's own config may say "null"), for `dumps_json` to refuse; built at first use, when
-        a model that referred to a later class is complete."""
-        serializer = SchemaSerializer(self.model.__pydantic_core_schema__, _KEEP_NON_FINITE)
-        object.__setattr__(self, "_serializer", serializer)
-        return serializer
 
     def read(self, schema_version: int, data: dict[str, Any]) -> dict[str, Any]:
         """Bring stored data of `schema_version` up to the current version."""
@@ -93,6 +81,45 @@ def validation_problem(error: ValidationError) -> str:
     return "; ".join(
         f"{'.'.join(map(str, item['loc'])) or 'value'}: {item['msg']}" for item in error.errors()
     )
+
+
+def _refuse_non_finite(value: Any, depth: int = 0) -> None:
+    """Raise ValueError for a NaN or infinite float anywhere in `value`.
+
+    On every append's path: plain scalars are skipped without a call, and the usual containers
+    are recognised by their exact type before the slower isinstance checks.
+    """
+    kind = type(value)
+    if kind is dict:
+        items: Iterable[Any] = value.values()
+    elif kind is list:
+        items = value
+    elif kind is float or isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value} is not a finite number")
+        return
+    elif isinstance(value, BaseModel):
+        items = value.__dict__.values()
+    elif isinstance(value, Mapping):
+        items = value.values()
+    elif isinstance(value, list | tuple | set | frozenset):
+        items = value
+    else:
+        return
+    if depth > _MAX_DEPTH:
+        raise ValueError(f"nested deeper than {_MAX_DEPTH} levels")
+    for item in items:
+        kind = type(item)
+        if item is None or kind in _PLAIN:
+            continue
+        if kind is float:  # checked here: a call per float would double the walk's cost
+            if not math.isfinite(item):
+                raise ValueError(f"{item} is not a finite number")
+            continue
+        _refuse_non_finite(item, depth + 1)
+
+
+_PLAIN = frozenset({str, int, bool})
 
 
 _REGISTRY: dict[str, EventType] = {}

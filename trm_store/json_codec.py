@@ -126,8 +126,6 @@ def dumps_json(value: Any, *, what: str) -> JsonText:
         # A bare string (a projection's text column kept as JSON) skips the encoder's setup.
         text = encode_basestring_ascii(value) if type(value) is str else _encode(value)
     except (TypeError, ValueError, RecursionError) as e:
-        if isinstance(e, ValueError) and str(e).startswith("Out of range float"):
-            raise EventValidationError(f"{what} is not JSON: a number that is not finite") from e
         raise EventValidationError(f"{what} is not JSON: {e}") from e
     if "\\u0000" in text and _NUL.search(text):
         raise EventValidationError(f"{what} contains a NUL character")

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializeAsAny
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.exc import DBAPIError
 
@@ -201,10 +201,19 @@ class _NullsNonFinite(BaseModel):
     anything: Any = None
 
 
+class _Base(BaseModel):
+    number: int = 1
+
+
+class _Sub(_Base):
+    anything: Any = None
+
+
 class _Untyped(BaseModel):
     anything: Any = None
     mapping: dict[str, Any] = {}
     inner: _NullsNonFinite | None = None
+    duck: SerializeAsAny[_Base] | None = None
 
 
 @pytest.mark.parametrize(
@@ -215,8 +224,22 @@ class _Untyped(BaseModel):
         {"mapping": {"x": float("nan")}},
         {"inner": {"anything": float("nan")}},
         _Untyped(anything=float("inf")),  # a model instance: not validated again
+        # A model instance where pydantic serialises it with its own serializer: a config
+        # given to the event's serializer would not reach it.
+        {"anything": _NullsNonFinite(anything=float("nan"))},
+        {"anything": [_Sub(anything=float("inf"))]},
+        {"duck": _Sub(anything=float("nan"))},
     ],
-    ids=["any", "any-nested", "dict-value", "inner-config-null", "instance"],
+    ids=[
+        "any",
+        "any-nested",
+        "dict-value",
+        "inner-config-null",
+        "instance",
+        "any-holding-a-model",
+        "any-holding-models",
+        "serialize-as-any",
+    ],
 )
 def test_nan_where_pydantic_infers_the_type_is_refused_not_written_as_null(
     store: Store, data: Any
