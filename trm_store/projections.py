@@ -77,8 +77,7 @@ def keyed_by_name(projections: Mapping[str, Projection]) -> dict[str, Projection
     for key, projection in projections.items():
         if not isinstance(projection, Projection):
             raise StoreError(f"projections: {key!r} is no Projection ({type(projection).__name__})")
-        if key != projection.name:
-            raise StoreError(
-                f"projections: the key {key!r} is not the projection's name {projection.name!r}"
-            )
+        name = getattr(projection, "name", None)  # a subclass may lack one
+        if key != name:
+            raise StoreError(f"projections: the key {key!r} is not the projection's name {name!r}")
     return dict(projections)

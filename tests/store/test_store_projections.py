@@ -189,14 +189,30 @@ def test_only_current_projections_advance_inline_and_the_lagging_one_catches_up(
             assert conn.execute(select(tables["totals"].c.total)).scalar_one() == 6
 
 
+class _Nameless(Projection):
+    """A projection whose author forgot its `name`."""
+
+    version = 1
+    event_types = frozenset({"test.added"})
+
+    def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
+        return {}
+
+    def apply(
+        self, conn: Connection, tables: Mapping[str, Table], events: Sequence[RecordedEvent]
+    ) -> None:
+        pass
+
+
 @pytest.mark.parametrize(
     ("projections", "problem"),
     [
         ({"alias": Totals()}, "key 'alias' is not the projection's name 'test_totals'"),
         ({"test_totals": "totals"}, "'test_totals' is no Projection"),
         ([Totals()], "a mapping of name -> Projection, not a list"),
+        ({"nameless": _Nameless()}, "key 'nameless' is not the projection's name None"),
     ],
-    ids=["key-not-its-name", "not-a-projection", "not-a-mapping"],
+    ids=["key-not-its-name", "not-a-projection", "not-a-mapping", "no-name"],
 )
 def test_projections_not_keyed_by_their_own_name_are_refused_before_any_write(
     store_url: str, projections: object, problem: str
