@@ -70,13 +70,19 @@ def test_a_thread_s_connection_is_closed_when_the_thread_ends(sqlite_url: str) -
 
 
 def test_threads_append_concurrently_each_on_its_own_connection(sqlite_url: str) -> None:
+    """Each thread that writes does so on a connection of its own. Its appends may be written by
+    another thread (group commit: whoever holds the turn writes every queued append, on its own
+    connection), so each thread also opens a write transaction, which is never grouped."""
     with open_store(sqlite_url) as store:
         seen: dict[str, Connection] = {}
+        start = threading.Barrier(4)
 
         def work(name: str) -> None:
+            start.wait()
             for n in range(50):
                 store.append(name, ping(n))
-            seen[name] = mine(store)
+            with store.write_transaction():
+                seen[name] = mine(store)
 
         threads = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(4)]
         for t in threads:
