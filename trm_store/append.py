@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError, SQL
 
 from trm_store.append_queue import AppendQueue, QueuedAppend
 from trm_store.backend import Backend, reading, store_error
-from trm_store.driver import DriverSql, bind_processor, execute_many
+from trm_store.driver import RowsInsert, bind_processor, insert_rows
 from trm_store.errors import ConcurrencyError, EventValidationError, StoreError
 from trm_store.event_reuse import duplicate_id, event_ids, retried
 from trm_store.events import RecordedEvent, recorded_event
@@ -29,11 +29,8 @@ from trm_store.schema import EVENT_COLUMNS, EVENTS
 
 __all__ = ["INSERT_EVENTS", "Appender"]
 
-INSERT_EVENTS = DriverSql(
-    f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) "
-    f"VALUES ({', '.join(':' + name for name in EVENT_COLUMNS)})"
-)
-"""The event rows of an append, sent with one `executemany` (`trm_store.driver`): JSON
+INSERT_EVENTS = RowsInsert("events", EVENT_COLUMNS)
+"""The event rows of an append, as tuples in `EVENT_COLUMNS` order (`trm_store.driver`): JSON
 already serialised, `recorded_at` through its column type's `bind_processor`."""
 
 
@@ -172,7 +169,7 @@ class Appender:
         position = previous_head
         now = datetime.now(UTC)
         stored_now = now if self._stored_time is None else self._stored_time(now)
-        rows: list[dict[str, Any]] = []
+        rows: list[tuple[Any, ...]] = []
         recorded: list[RecordedEvent] = []
         outcomes: list[list[RecordedEvent] | ConcurrencyError] = []
         for prepared in appends:
@@ -188,17 +185,17 @@ class Appender:
                         position += 1
                         current += 1
                         rows.append(
-                            {
-                                "position": position,
-                                "event_id": event.event_id,
-                                "stream_id": stream_id,
-                                "stream_version": current,
-                                "type": event.type,
-                                "schema_version": event.schema_version,
-                                "data": event.data_json,
-                                "meta": event.meta_json,
-                                "recorded_at": stored_now,
-                            }
+                            (
+                                position,
+                                event.event_id,
+                                stream_id,
+                                current,
+                                event.type,
+                                event.schema_version,
+                                event.data_json,
+                                event.meta_json,
+                                stored_now,
+                            )
                         )
                         recorded.append(
                             recorded_event(
@@ -225,7 +222,7 @@ class Appender:
             self._projections.move_back(conn, previous_head + events, position)
         if rows:
             try:
-                execute_many(conn, INSERT_EVENTS, rows)
+                insert_rows(conn, INSERT_EVENTS, rows)
             except IntegrityError as e:
                 if "event_id" in str(e.orig):
                     raise _EventIdTaken(e) from e

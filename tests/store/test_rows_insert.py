@@ -1,0 +1,96 @@
+"""The events of an append go in as tuples (`trm_store.driver.RowsInsert`): on SQLite as
+multi-row statements of up to 64 rows, a power of two each; elsewhere one `executemany`.
+
+What must hold whatever the number of rows: every event written once, in order, with its own
+values; at most 7 statement texts on SQLite, none past SQLite's oldest parameter limit (999); an
+append refused in a late statement leaves nothing of its earlier statements.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import event
+
+from tests.store.helpers import TOTALS, added, totals
+from trm_store import EventIdConflictError, Store, open_store
+from trm_store.driver import ROWS_PER_STATEMENT
+
+SIZES = [1, 2, 3, 63, 64, 65, 127, 128, 129, 200, 1000]
+"""Appends across every chunk boundary, and one of 1,000 events (15 statements of 64 and 40)."""
+
+
+def _inserts(store: Store) -> list[tuple[str, Any, bool]]:
+    """The event inserts the driver is handed from now on: (SQL, parameters, executemany)."""
+    sent: list[tuple[str, Any, bool]] = []
+
+    @event.listens_for(store._backend.engine, "before_cursor_execute")
+    def _seen(_conn: Any, _cursor: Any, sql: str, params: Any, _ctx: Any, many: bool) -> None:
+        if sql.startswith("INSERT INTO events "):
+            sent.append((sql, params, many))
+
+    return sent
+
+
+def test_appends_of_every_size_are_written_whole_and_in_order(store_url: str) -> None:
+    with open_store(store_url, projections=TOTALS) as store:
+        sent = _inserts(store)
+        head = 0
+        for size in SIZES:
+            recorded = store.append(f"s{size}", [added(k) for k in range(size)])
+            assert [e.position for e in recorded] == list(range(head + 1, head + size + 1))
+            head += size
+            read = store.read_stream(f"s{size}")
+            assert [(e.version, e.data["amount"]) for e in read] == [
+                (k + 1, k) for k in range(size)
+            ]
+            assert [e.event_id for e in read] == [e.event_id for e in recorded]
+        assert store.head_position() == head == sum(SIZES)
+        assert totals(store) == {f"s{n}": (n * (n - 1) // 2, n) for n in SIZES}
+        if store.dialect == "sqlite":
+            texts = {sql for sql, _, _ in sent}
+            assert len(texts) <= 7
+            rows = [sql.count("(?") for sql, _, _ in sent]
+            assert all(n <= ROWS_PER_STATEMENT and n & (n - 1) == 0 for n in rows)
+            assert all(len(params) <= 999 and not many for _, params, many in sent)
+            assert sum(rows) == sum(SIZES)
+        else:  # one statement an append: executemany, a row a parameter set (one row: execute)
+            assert [len(params) if many else 1 for _, params, many in sent] == SIZES
+
+
+@settings(max_examples=25, deadline=None)
+@given(groups=st.lists(st.integers(1, 150), min_size=1, max_size=4))
+def test_a_batch_of_streams_of_any_sizes_is_one_contiguous_run(
+    tmp_path_factory: pytest.TempPathFactory, groups: list[int]
+) -> None:
+    """`append_batch` across streams: the rows of several streams in the same statements."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('rows') / 'x.db'}"
+    with open_store(url, projections=TOTALS) as store:
+        items = [
+            (f"g{i}", [added(i * 1000 + k) for k in range(n)], 0) for i, n in enumerate(groups)
+        ]
+        recorded = store.append_batch(items)
+        assert [e.position for e in recorded] == list(range(1, sum(groups) + 1))
+        assert [(e.stream_id, e.version, e.data["amount"]) for e in store.read_all()] == [
+            (f"g{i}", k + 1, i * 1000 + k) for i, n in enumerate(groups) for k in range(n)
+        ]
+
+
+def test_an_append_refused_in_a_late_statement_writes_nothing(store_url: str) -> None:
+    """The 150th event reuses a recorded id: on SQLite the third statement fails, after two
+    statements (128 rows) went in; the transaction takes them back."""
+    with open_store(store_url, projections=TOTALS) as store:
+        [taken] = store.append("first", [added(1, event_id=str(uuid.uuid4()))])
+        events = [added(k) for k in range(200)]
+        events[149] = added(149, event_id=taken.event_id)
+        with pytest.raises(EventIdConflictError):
+            store.append("late", events)
+        assert store.head_position() == 1
+        assert store.stream_version("late") == 0
+        assert totals(store) == {"first": (1, 1)}
+        again = store.append("late", [added(k) for k in range(200)])  # the log goes on at 2
+        assert [again[0].position, again[-1].position] == [2, 201]
