@@ -117,7 +117,11 @@ def learn(workdir: Path) -> Plan:
         if sql in ("BEGIN IMMEDIATE", "COMMIT"):
             continue
         if columns := INSERT_COLUMNS.match(sql):
-            steps["insert"], steps["columns"] = sql, tuple(c.strip() for c in columns[1].split(","))
+            steps["columns"] = tuple(c.strip() for c in columns[1].split(","))
+            # The two events' rows: in one statement (multi-row VALUES), or one row a parameter
+            # set (executemany). The plan keeps the one-row text; the reference widens it.
+            steps["insert"] = sql[: sql.index(")", columns.end()) + 1]
+            steps["multi_row"] = len(params) == 2 * len(steps["columns"])
         elif e.event_id in params:
             steps["by_id"] = sql
         elif "projection_state" in sql:

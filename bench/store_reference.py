@@ -200,7 +200,11 @@ class Plan:
     """The versions of the streams after the first (`trm_store.log.stream_heads`), learned
     for one stream: the reference widens its IN list."""
     insert: str
+    """The INSERT of one event row."""
     columns: tuple[str, ...]
+    multi_row: bool
+    """True when the store sends many rows in one statement (`trm_store.driver.RowsInsert`:
+    statements of a power of two of rows, at most 64); False: one `executemany`."""
     advance: Statement | None
     by_id: str | None
     """The lookup of the appended event ids, if the store makes it on every append."""
@@ -276,9 +280,19 @@ class RawLog:
                 recorded.append(
                     RecordedEvent(position, eid, stream, v, APPENDED, 1, data, meta, now)
                 )
-        if self.sent is not None:
-            self.sent.append(plan.insert)
-        self.conn.executemany(plan.insert, rows)
+        if plan.multi_row:  # the store's statements: a power of two of rows each, up to 64
+            start, values = 0, plan.insert[plan.insert.index(" VALUES ") + 8 :]
+            while start < len(rows):
+                size = min(64, 1 << (len(rows) - start).bit_length() - 1)
+                self._run(
+                    plan.insert + f", {values}" * (size - 1),
+                    [v for row in rows[start : start + size] for v in row],
+                )
+                start += size
+        else:
+            if self.sent is not None:
+                self.sent.append(plan.insert)
+            self.conn.executemany(plan.insert, rows)
         if plan.advance is not None:
             moved = {
                 Var.PREVIOUS: previous,

@@ -2,8 +2,9 @@
 
 Every append runs a handful of small statements. Measured on SQLite, SQLAlchemy's execution path
 costs 25-60 us per statement, more than the statement itself, so on SQLite they skip
-it: their SQL is compiled once per dialect by SQLAlchemy (so the paramstyle is the driver's),
-then handed to the connection's own cursor. What callers still get from SQLAlchemy there:
+it: their SQL is compiled once per dialect by SQLAlchemy (so the paramstyle is the driver's;
+`RowsInsert` writes its own, with positional placeholders), then handed to the connection's own
+cursor. What callers still get from SQLAlchemy there:
 
 - the transaction: the statements run on the Connection's DBAPI connection, in its transaction;
 - errors: driver errors are wrapped as SQLAlchemy's `DBAPIError` subclasses (`IntegrityError`,
@@ -192,9 +193,9 @@ def execute(conn: Connection, statement: DriverSql, params: Params) -> int:
 ROWS_PER_STATEMENT = 64
 """The most rows one multi-row INSERT carries on SQLite: 64 rows of the events table's 9 columns
 are 576 parameters, under the 999 that SQLite builds before 3.32 allow."""
-_PLACEHOLDERS = {"qmark": "?", "format": "%s", "pyformat": "%s"}
-"""A positional placeholder in each paramstyle the store's drivers use (pysqlite: qmark;
-psycopg: pyformat, which takes `%s` with a sequence as well)."""
+_PLACEHOLDERS = {"qmark": "?", "pyformat": "%s"}
+"""A positional placeholder in the paramstyle of each driver the store runs on (pysqlite:
+qmark; psycopg: pyformat, which takes `%s` with a sequence of values as well)."""
 
 
 class RowsInsert:
@@ -204,8 +205,10 @@ class RowsInsert:
     bind of every parameter in C, one release of the GIL for up to `ROWS_PER_STATEMENT` rows,
     where `executemany` binds, steps, resets and gives up the GIL for each row. Statements carry
     a power of two of rows (50 rows: 32 + 16 + 2), so at most 7 texts exist, each prepared once
-    by the driver's statement cache. Measured (callgrind, 50-event appends at `full`): 143k
-    instructions per appended event with `executemany` and dict rows, 125k with this.
+    by the driver's statement cache. Measured (`bench/writers_instructions.py`: 50-event
+    appends at `full`): 143k instructions per appended event with `executemany` and dict rows,
+    127-129k with this. What `before_cursor_execute` listeners see on SQLite changes with it:
+    one statement of several rows, its parameters one flat list (not `executemany`'s rows).
 
     Elsewhere (PostgreSQL) one `executemany` through SQLAlchemy: psycopg pipelines it, and one
     multi-row statement measured more client CPU there than it saved on the server.
@@ -219,7 +222,8 @@ class RowsInsert:
         self._sql: dict[tuple[str, int], str] = {}
 
     def sql(self, dialect: Dialect, rows: int) -> str:
-        """The statement that inserts `rows` rows (1 for `executemany`) in `dialect`'s style."""
+        """The statement that inserts `rows` rows (1 for `executemany`) in `dialect`'s style;
+        NotImplementedError for a driver whose paramstyle takes no positional placeholder."""
         key = (dialect.paramstyle, rows)
         found = self._sql.get(key)
         if found is None:
@@ -238,7 +242,10 @@ class RowsInsert:
 
 
 def insert_rows(conn: Connection, insert: RowsInsert, rows: Sequence[tuple[Any, ...]]) -> None:
-    """Insert `rows` (tuples in the statement's column order) in the connection's transaction."""
+    """Insert `rows` (tuples in the statement's column order; none: nothing is sent) in the
+    connection's transaction."""
+    if not rows:
+        return
     dialect = conn.dialect
     if not _on_cursor(dialect):
         conn.exec_driver_sql(insert.sql(dialect, 1), list(rows))

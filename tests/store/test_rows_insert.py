@@ -12,12 +12,12 @@ import uuid
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event
 
 from tests.store.helpers import TOTALS, added, totals
-from trm_store import EventIdConflictError, Store, open_store
+from trm_store import EventIdConflictError, NewEvent, Store, open_store
 from trm_store.driver import ROWS_PER_STATEMENT
 
 SIZES = [1, 2, 3, 63, 64, 65, 127, 128, 129, 200, 1000]
@@ -62,21 +62,44 @@ def test_appends_of_every_size_are_written_whole_and_in_order(store_url: str) ->
             assert [len(params) if many else 1 for _, params, many in sent] == SIZES
 
 
-@settings(max_examples=25, deadline=None)
-@given(groups=st.lists(st.integers(1, 150), min_size=1, max_size=4))
+AWKWARD = ["'", "''", "?", "?1", ":position", "$1", "%", "%s", "%(x)s", "%%", "\\", "\\'", "é✓🙂"]
+"""Text a statement built by hand could take for SQL or for a placeholder."""
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    groups=st.lists(
+        st.tuples(st.integers(1, 150), st.sampled_from(AWKWARD)), min_size=1, max_size=4
+    )
+)
 def test_a_batch_of_streams_of_any_sizes_is_one_contiguous_run(
-    tmp_path_factory: pytest.TempPathFactory, groups: list[int]
+    store_url: str, groups: list[tuple[int, str]]
 ) -> None:
-    """`append_batch` across streams: the rows of several streams in the same statements."""
-    url = f"sqlite:///{tmp_path_factory.mktemp('rows') / 'x.db'}"
-    with open_store(url, projections=TOTALS) as store:
+    """`append_batch` across streams: the rows of several streams in the same statements, with
+    stream ids and data that hold quotes, placeholders' characters and non-ASCII text."""
+    with open_store(store_url, projections=TOTALS) as store:
+        head = store.head_position()
+        tag = uuid.uuid4().hex[:8]  # the examples share the fixture's database
+        streams = [f"{tag}{odd}{i}" for i, (_, odd) in enumerate(groups)]
         items = [
-            (f"g{i}", [added(i * 1000 + k) for k in range(n)], 0) for i, n in enumerate(groups)
+            (
+                stream,
+                [NewEvent("test.added", {"amount": k, "note": f"{odd}{k}{odd}"}) for k in range(n)],
+                0,
+            )
+            for stream, (n, odd) in zip(streams, groups, strict=True)
         ]
         recorded = store.append_batch(items)
-        assert [e.position for e in recorded] == list(range(1, sum(groups) + 1))
-        assert [(e.stream_id, e.version, e.data["amount"]) for e in store.read_all()] == [
-            (f"g{i}", k + 1, i * 1000 + k) for i, n in enumerate(groups) for k in range(n)
+        assert [e.position for e in recorded] == list(range(head + 1, head + len(recorded) + 1))
+        assert [
+            (e.stream_id, e.version, e.data["amount"], e.data["note"])
+            for e in store.read_all(after_position=head)
+        ] == [
+            (stream, k + 1, k, f"{odd}{k}{odd}")
+            for stream, (n, odd) in zip(streams, groups, strict=True)
+            for k in range(n)
         ]
 
 
