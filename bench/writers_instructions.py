@@ -8,7 +8,8 @@ fresh stream each) in a child process under valgrind's callgrind, once with `--j
 with J2 jobs; the difference, divided by (J2 - J1) x events, is the instructions each appended
 event costs: Python, pydantic, the JSON encoder, SQLite, libc, every line of both processes but
 their start-up and warm-up, which the difference cancels. Not counted: the kernel's work
-(the fsync itself) and time spent waiting.
+(the fsync itself) and time spent waiting. Not exact either: stream ids are random (where each
+lands in the index), and the same code has counted 74.6k and 78.9k for eventsourcing's event.
 
 One thread, so the figure is CPU per event, not contention: with threads that share one GIL, a
 side's events/s is bounded by it (`writers_bench.py`'s thread figures).
@@ -23,6 +24,7 @@ code 0 whatever the figures: it is a report, not a test.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -70,6 +72,7 @@ def counted(side: str, jobs: int, events: int) -> int:
             capture_output=True,
             text=True,
             check=True,
+            env={**os.environ, "PYTHONHASHSEED": "0"},  # the same string hashes in every child
         )
     found = re.search(r"Collected : (\d+)", done.stderr)
     if found is None:

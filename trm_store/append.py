@@ -184,32 +184,17 @@ class Appender:
                     for event in item.events:
                         position += 1
                         current += 1
-                        rows.append(
-                            (
-                                position,
-                                event.event_id,
-                                stream_id,
-                                current,
-                                event.type,
-                                event.schema_version,
-                                event.data_json,
-                                event.meta_json,
-                                stored_now,
-                            )
+                        # What the row and the recorded event share, in column order.
+                        head = (
+                            position,
+                            event.event_id,
+                            stream_id,
+                            current,
+                            event.type,
+                            event.schema_version,
                         )
-                        recorded.append(
-                            recorded_event(
-                                position,
-                                event.event_id,
-                                stream_id,
-                                current,
-                                event.type,
-                                event.schema_version,
-                                event.data,
-                                event.meta,
-                                now,
-                            )
-                        )
+                        rows.append((*head, event.data_json, event.meta_json, stored_now))
+                        recorded.append(recorded_event(*head, event.data, event.meta, now))
                     moved[stream_id] = current
             except ConcurrencyError as refused:  # this append writes nothing; the others go on
                 del rows[first:], recorded[first:]
