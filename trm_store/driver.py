@@ -208,7 +208,7 @@ class RowsInsert:
     by the driver's statement cache. Measured (`bench/writers_instructions.py`: 50-event
     appends at `full`): 143k instructions per appended event with `executemany` and dict rows,
     127-129k with this. What `before_cursor_execute` listeners see on SQLite changes with it:
-    one statement of several rows, its parameters one flat list (not `executemany`'s rows).
+    one statement of several rows, its parameters one flat sequence (not `executemany`'s rows).
 
     Elsewhere (PostgreSQL) one `executemany` through SQLAlchemy: psycopg pipelines it, and one
     multi-row statement measured more client CPU there than it saved on the server.
@@ -250,13 +250,14 @@ def insert_rows(conn: Connection, insert: RowsInsert, rows: Sequence[tuple[Any, 
     if not _on_cursor(dialect):
         conn.exec_driver_sql(insert.sql(dialect, 1), list(rows))
         return
-    start, left = 0, len(rows)
-    while left:
-        size = min(ROWS_PER_STATEMENT, 1 << (left.bit_length() - 1))
-        flat = [value for row in rows[start : start + size] for value in row]
-        _send(conn, insert.sql(dialect, size), flat, many=False).close()
+    start, total = 0, len(rows)
+    while start < total:
+        size = min(ROWS_PER_STATEMENT, 1 << ((total - start).bit_length() - 1))
+        values = (  # one row (every single-event append) as it is
+            rows[start] if size == 1 else [v for row in rows[start : start + size] for v in row]
+        )
+        _send(conn, insert.sql(dialect, size), values, many=False).close()
         start += size
-        left -= size
 
 
 def padded_in(values: Sequence[Any]) -> tuple[int, dict[str, Any]]:
