@@ -26,6 +26,7 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 
 from trm_store import RecordedEvent, domain, register_event_type
 from trm_store.backend import Durability
+from trm_store.driver import row_chunks
 from trm_store.event_types import event_type
 from trm_store.projections import registered_projections
 
@@ -280,14 +281,11 @@ class RawLog:
                 recorded.append(
                     RecordedEvent(position, eid, stream, v, APPENDED, 1, data, meta, now)
                 )
-        if plan.multi_row:  # the store's statements: a power of two of rows each, up to 64
+        if plan.multi_row:  # the store's statements, each of as many rows as the store's
             start, values = 0, plan.insert[plan.insert.index(" VALUES ") + 8 :]
-            while start < len(rows):
-                size = min(64, 1 << (len(rows) - start).bit_length() - 1)
-                self._run(
-                    plan.insert + f", {values}" * (size - 1),
-                    [v for row in rows[start : start + size] for v in row],
-                )
+            for size in row_chunks(len(rows)):
+                chunk = [v for row in rows[start : start + size] for v in row]
+                self._run(plan.insert + f", {values}" * (size - 1), chunk)
                 start += size
         else:
             if self.sent is not None:

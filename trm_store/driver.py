@@ -20,7 +20,7 @@ those work.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, cast
 
@@ -42,6 +42,7 @@ __all__ = [
     "fetch_all",
     "insert_rows",
     "padded_in",
+    "row_chunks",
 ]
 
 Params = Mapping[str, Any]
@@ -250,14 +251,22 @@ def insert_rows(conn: Connection, insert: RowsInsert, rows: Sequence[tuple[Any, 
     if not _on_cursor(dialect):
         conn.exec_driver_sql(insert.sql(dialect, 1), list(rows))
         return
-    start, total = 0, len(rows)
-    while start < total:
-        size = min(ROWS_PER_STATEMENT, 1 << ((total - start).bit_length() - 1))
+    start = 0
+    for size in row_chunks(len(rows)):
         values = (  # one row (every single-event append) as it is
             rows[start] if size == 1 else [v for row in rows[start : start + size] for v in row]
         )
         _send(conn, insert.sql(dialect, size), values, many=False).close()
         start += size
+
+
+def row_chunks(rows: int) -> Iterator[int]:
+    """How many rows each of `insert_rows`' statements carries on SQLite, in order: the largest
+    power of two that is left, at most `ROWS_PER_STATEMENT` (50 rows: 32, 16, 2)."""
+    while rows:
+        size = min(ROWS_PER_STATEMENT, 1 << (rows.bit_length() - 1))
+        yield size
+        rows -= size
 
 
 def padded_in(values: Sequence[Any]) -> tuple[int, dict[str, Any]]:
