@@ -26,9 +26,9 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 
 from trm_store import RecordedEvent, domain, register_event_type
 from trm_store.backend import Durability
-from trm_store.driver import row_chunks
 from trm_store.event_types import event_type
 from trm_store.projections import registered_projections
+from trm_store.rows_insert import row_chunks
 
 # -- the workload -------------------------------------------------------------------------------
 
@@ -204,7 +204,7 @@ class Plan:
     """The INSERT of one event row."""
     columns: tuple[str, ...]
     multi_row: bool
-    """True when the store sends many rows in one statement (`trm_store.driver.RowsInsert`:
+    """True when the store sends many rows in one statement (`trm_store.rows_insert.RowsInsert`:
     statements of a power of two of rows, at most 64); False: one `executemany`."""
     advance: Statement | None
     by_id: str | None

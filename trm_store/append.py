@@ -18,19 +18,20 @@ from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError, SQL
 
 from trm_store.append_queue import AppendQueue, QueuedAppend
 from trm_store.backend import Backend, reading, store_error
-from trm_store.driver import RowsInsert, bind_processor, insert_rows
+from trm_store.driver import bind_processor
 from trm_store.errors import ConcurrencyError, EventValidationError, StoreError
 from trm_store.event_reuse import duplicate_id, event_ids, retried
 from trm_store.events import RecordedEvent, recorded_event
 from trm_store.log import events_by_id, stream_heads
 from trm_store.prepare import PreparedAppend
 from trm_store.projection_runner import ProjectionSet
+from trm_store.rows_insert import RowsInsert, insert_rows
 from trm_store.schema import EVENT_COLUMNS, EVENTS
 
 __all__ = ["INSERT_EVENTS", "Appender"]
 
 INSERT_EVENTS = RowsInsert("events", EVENT_COLUMNS)
-"""The event rows of an append, as tuples in `EVENT_COLUMNS` order (`trm_store.driver`): JSON
+"""The event rows of an append, as tuples in `EVENT_COLUMNS` order (`trm_store.rows_insert`): JSON
 already serialised, `recorded_at` through its column type's `bind_processor`."""
 
 

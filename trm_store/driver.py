@@ -15,12 +15,14 @@ cursor. What callers still get from SQLAlchemy there:
 What they do not get there: `handle_error` listeners, `echo`, and invalidation of a connection
 that died (a local file has no disconnects). Every other dialect (PostgreSQL) sends the same SQL
 and parameters through SQLAlchemy's `Connection.exec_driver_sql`, its full execution path: all of
-those work.
+those work. One exception: an append of many events on PostgreSQL goes as psycopg's `COPY`
+(`trm_store.rows_insert`), which no SQLAlchemy method sends; it gets the listeners, `echo`, and
+SQLAlchemy's own error handling (`handle_error`, invalidation, its error types) by hand.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, cast
 
@@ -32,17 +34,18 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
 __all__ = [
-    "ROWS_PER_STATEMENT",
     "Compiled",
     "DriverSql",
-    "RowsInsert",
+    "after_listeners",
+    "before_listeners",
     "bind_processor",
     "execute",
     "execute_many",
     "fetch_all",
-    "insert_rows",
+    "observed",
+    "on_cursor",
     "padded_in",
-    "row_chunks",
+    "send",
 ]
 
 Params = Mapping[str, Any]
@@ -56,7 +59,7 @@ fast path). A plain tuple: unpacked for every statement, where a NamedTuple's un
 cost an iterator."""
 
 
-def _on_cursor(dialect: Dialect) -> bool:
+def on_cursor(dialect: Dialect) -> bool:
     """The fence: only SQLite (the store's engines are pysqlite, where the fast path was
     measured) skips SQLAlchemy's execution path."""
     return dialect.name == "sqlite"
@@ -106,7 +109,7 @@ class DriverSql:
                 kwargs = {"render_postcompile": True}
             compiled = cast(SQLCompiler, clause.compile(dialect=dialect, compile_kwargs=kwargs))
             order = tuple(compiled.positiontup or ()) if compiled.positional else None
-            found = self._compiled[key] = (compiled.string, _binder(order), _on_cursor(dialect))
+            found = self._compiled[key] = (compiled.string, _binder(order), on_cursor(dialect))
         return found
 
     def __repr__(self) -> str:
@@ -129,17 +132,14 @@ def _as_is(params: Params) -> Params:
     return params
 
 
-def _send(conn: Connection, sql: str, bound: Any, many: bool) -> DBAPICursor:
+def send(conn: Connection, sql: str, bound: Any, many: bool) -> DBAPICursor:
     """The fast path: `sql` straight to the connection's DBAPI cursor (SQLite only)."""
     dbapi_connection = conn.connection.dbapi_connection
     assert dbapi_connection is not None, "the connection was invalidated"
     cursor = dbapi_connection.cursor()
-    # SQLAlchemy's own test before each of its event points: set for good once any connection
-    # event listener is added to the connection, its engine or the Engine class.
-    observed = conn._has_events or conn.engine._has_events
-    if observed:
-        for listener in conn.dispatch.before_cursor_execute:
-            sql, bound = listener(conn, cursor, sql, bound, None, many)
+    watched = observed(conn)
+    if watched:
+        sql, bound = before_listeners(conn, cursor, sql, bound, many)
     try:
         if many:
             cursor.executemany(sql, bound)
@@ -150,10 +150,29 @@ def _send(conn: Connection, sql: str, bound: Any, many: bool) -> DBAPICursor:
         raise DBAPIError.instance(
             sql, bound, e, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
         ) from e
-    if observed:
-        for after in conn.dispatch.after_cursor_execute:
-            after(conn, cursor, sql, bound, None, many)
+    if watched:
+        after_listeners(conn, cursor, sql, bound, many)
     return cursor
+
+
+def observed(conn: Connection) -> bool:
+    """SQLAlchemy's own test before each of its event points: set for good once any connection
+    event listener is added to the connection, its engine or the Engine class."""
+    return conn._has_events or conn.engine._has_events
+
+
+def before_listeners(
+    conn: Connection, cursor: Any, sql: str, bound: Any, many: bool
+) -> tuple[str, Any]:
+    """The `before_cursor_execute` listeners, each given what the last returned."""
+    for listener in conn.dispatch.before_cursor_execute:
+        sql, bound = listener(conn, cursor, sql, bound, None, many)
+    return sql, bound
+
+
+def after_listeners(conn: Connection, cursor: Any, sql: str, bound: Any, many: bool) -> None:
+    for after in conn.dispatch.after_cursor_execute:
+        after(conn, cursor, sql, bound, None, many)
 
 
 def fetch_all(conn: Connection, statement: DriverSql, params: Params) -> list[tuple[Any, ...]]:
@@ -162,7 +181,7 @@ def fetch_all(conn: Connection, statement: DriverSql, params: Params) -> list[tu
     if not on_cursor:
         result = conn.exec_driver_sql(sql, bind(params))
         return [tuple(row) for row in result] if result.returns_rows else []
-    cursor = _send(conn, sql, bind(params), many=False)
+    cursor = send(conn, sql, bind(params), many=False)
     try:
         return list(cursor.fetchall()) if cursor.description else []
     finally:
@@ -174,7 +193,7 @@ def _changed(conn: Connection, statement: DriverSql, params: Any, many: bool) ->
     bound = list(map(bind, params)) if many else bind(params)
     if not on_cursor:
         return int(conn.exec_driver_sql(sql, bound).rowcount)
-    cursor = _send(conn, sql, bound, many)
+    cursor = send(conn, sql, bound, many)
     try:
         return int(cursor.rowcount)
     finally:
@@ -189,84 +208,6 @@ def execute_many(conn: Connection, statement: DriverSql, rows: Sequence[Params])
 def execute(conn: Connection, statement: DriverSql, params: Params) -> int:
     """Run one statement that returns no rows; the number of rows it changed."""
     return _changed(conn, statement, params, many=False)
-
-
-ROWS_PER_STATEMENT = 64
-"""The most rows one multi-row INSERT carries on SQLite: 64 rows of the events table's 9 columns
-are 576 parameters, under the 999 that SQLite builds before 3.32 allow."""
-_PLACEHOLDERS = {"qmark": "?", "pyformat": "%s"}
-"""A positional placeholder in the paramstyle of each driver the store runs on (pysqlite:
-qmark; psycopg: pyformat, which takes `%s` with a sequence of values as well)."""
-
-
-class RowsInsert:
-    """An INSERT of many rows into one table, each row a tuple in `columns` order.
-
-    On SQLite (the fast path) the rows go as multi-row `VALUES` statements: one driver call, one
-    bind of every parameter in C, one release of the GIL for up to `ROWS_PER_STATEMENT` rows,
-    where `executemany` binds, steps, resets and gives up the GIL for each row. Statements carry
-    a power of two of rows (50 rows: 32 + 16 + 2), so at most 7 texts exist, each prepared once
-    by the driver's statement cache. Measured (`bench/writers_instructions.py`: 50-event
-    appends at `full`): 143k instructions per appended event with `executemany` and dict rows,
-    127-129k with this. What `before_cursor_execute` listeners see on SQLite changes with it:
-    one statement of several rows, its parameters one flat sequence (not `executemany`'s rows).
-
-    Elsewhere (PostgreSQL) one `executemany` through SQLAlchemy: psycopg pipelines it, and one
-    multi-row statement measured more client CPU there than it saved on the server.
-    """
-
-    __slots__ = ("_columns", "_sql", "table")
-
-    def __init__(self, table: str, columns: Sequence[str]) -> None:
-        self.table = table
-        self._columns = tuple(columns)
-        self._sql: dict[tuple[str, int], str] = {}
-
-    def sql(self, dialect: Dialect, rows: int) -> str:
-        """The statement that inserts `rows` rows (1 for `executemany`) in `dialect`'s style;
-        NotImplementedError for a driver whose paramstyle takes no positional placeholder."""
-        key = (dialect.paramstyle, rows)
-        found = self._sql.get(key)
-        if found is None:
-            mark = _PLACEHOLDERS.get(dialect.paramstyle)
-            if mark is None:
-                raise NotImplementedError(f"no positional placeholder for {dialect.paramstyle}")
-            row = f"({', '.join([mark] * len(self._columns))})"
-            found = self._sql[key] = (
-                f"INSERT INTO {self.table} ({', '.join(self._columns)}) VALUES "
-                + ", ".join([row] * rows)
-            )
-        return found
-
-    def __repr__(self) -> str:
-        return f"RowsInsert({self.table!r}, {self._columns!r})"
-
-
-def insert_rows(conn: Connection, insert: RowsInsert, rows: Sequence[tuple[Any, ...]]) -> None:
-    """Insert `rows` (tuples in the statement's column order; none: nothing is sent) in the
-    connection's transaction."""
-    if not rows:
-        return
-    dialect = conn.dialect
-    if not _on_cursor(dialect):
-        conn.exec_driver_sql(insert.sql(dialect, 1), list(rows))
-        return
-    start = 0
-    for size in row_chunks(len(rows)):
-        values = (  # one row (every single-event append) as it is
-            rows[start] if size == 1 else [v for row in rows[start : start + size] for v in row]
-        )
-        _send(conn, insert.sql(dialect, size), values, many=False).close()
-        start += size
-
-
-def row_chunks(rows: int) -> Iterator[int]:
-    """How many rows each of `insert_rows`' statements carries on SQLite, in order: the largest
-    power of two that is left, at most `ROWS_PER_STATEMENT` (50 rows: 32, 16, 2)."""
-    while rows:
-        size = min(ROWS_PER_STATEMENT, 1 << (rows.bit_length() - 1))
-        yield size
-        rows -= size
 
 
 def padded_in(values: Sequence[Any]) -> tuple[int, dict[str, Any]]:

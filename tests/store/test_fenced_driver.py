@@ -2,7 +2,9 @@
 
 So on PostgreSQL `handle_error` listeners see the store's own statements, `echo` logs them, and a
 connection that dies under an append is invalidated: the append fails typed, writes nothing, and
-the next one (its retry included) succeeds exactly once on a fresh connection.
+the next one (its retry included) succeeds exactly once on a fresh connection. The same holds for
+an append of many events, which goes as `COPY` (`trm_store.rows_insert.insert_rows`), outside
+that path.
 """
 
 from __future__ import annotations
@@ -23,8 +25,7 @@ from tests.store.helpers import TOTALS, added, totals
 from trm_store import StoreError, open_store
 from trm_store.connect import normalise_url
 from trm_store.driver import DriverSql, fetch_all
-
-INSERT_EVENTS = "INSERT INTO events"
+from trm_store.rows_insert import COPY_MIN_ROWS
 
 
 def _terminate(url: str, pid: int) -> None:
@@ -41,8 +42,11 @@ def _terminate(url: str, pid: int) -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("events", "insert"), [(1, "INSERT INTO events"), (COPY_MIN_ROWS, "COPY events")]
+)
 def test_a_killed_postgres_connection_is_invalidated_and_the_next_append_succeeds(
-    pg_url: str, caplog: pytest.LogCaptureFixture
+    pg_url: str, caplog: pytest.LogCaptureFixture, events: int, insert: str
 ) -> None:
     with open_store(pg_url, projections=TOTALS) as store:
         store.append("s", [added(1)])
@@ -56,30 +60,34 @@ def test_a_killed_postgres_connection_is_invalidated_and_the_next_append_succeed
 
         @event.listens_for(engine, "before_cursor_execute")
         def _kill(_conn: Any, cursor: Any, statement: str, *_rest: Any) -> None:
-            if armed and statement.startswith(INSERT_EVENTS):
+            if armed and statement.startswith(insert):
                 armed.clear()
                 _terminate(pg_url, cursor.connection.info.backend_pid)
 
-        event_id = str(uuid.uuid4())
+        ids = [str(uuid.uuid4()) for _ in range(events)]
+        batch = [added(2 + k, event_id=event_id) for k, event_id in enumerate(ids)]
         engine.echo = True
         with (
             caplog.at_level(logging.INFO, logger="sqlalchemy.engine.Engine"),
             pytest.raises(StoreError, match="lost the connection") as info,
         ):
-            store.append("s", [added(2, event_id=event_id)])
+            store.append("s", batch)
         engine.echo = False
         cause = info.value.__cause__
         assert isinstance(cause, DBAPIError) and cause.connection_invalidated
-        assert (INSERT_EVENTS, True) in [(s[: len(INSERT_EVENTS)], d) for s, d in handled]
-        assert INSERT_EVENTS in caplog.text  # echo saw the store's own statement
+        assert (insert, True) in [(s[: len(insert)], d) for s, d in handled]
+        assert insert in caplog.text  # echo saw the store's own statement
         assert store.head_position() == 1  # nothing of the failed append was written
 
-        [retried] = store.append("s", [added(2, event_id=event_id)])  # a fresh connection
-        [again] = store.append("s", [added(2, event_id=event_id)])  # exactly once
-        [third] = store.append("s", [added(3)])
-        assert retried.position == again.position == 2 and third.position == 3
-        assert [e.event_id for e in store.read_all()][1:] == [event_id, third.event_id]
-        assert totals(store) == {"s": (6, 3)}
+        retried = store.append("s", batch)  # a fresh connection
+        again = store.append("s", batch)  # exactly once
+        [third] = store.append("s", [added(100)])
+        assert [e.position for e in retried] == [e.position for e in again]
+        assert [e.position for e in retried] == list(range(2, events + 2))
+        assert third.position == events + 2
+        assert [e.event_id for e in store.read_all()][1:] == [*ids, third.event_id]
+        amounts = 1 + sum(range(2, events + 2)) + 100
+        assert totals(store) == {"s": (amounts, events + 2)}
 
 
 def test_only_sqlite_takes_the_fast_path(store_url: str) -> None:

@@ -1,9 +1,11 @@
-"""The events of an append go in as tuples (`trm_store.driver.RowsInsert`): on SQLite as
-multi-row statements of up to 64 rows, a power of two each; elsewhere one `executemany`.
+"""The events of an append go in as tuples (`trm_store.rows_insert.RowsInsert`): on SQLite as
+multi-row statements of up to 64 rows, a power of two each; on PostgreSQL one `executemany`
+below `COPY_MIN_ROWS` rows, one `COPY` from there.
 
 What must hold whatever the number of rows: every event written once, in order, with its own
-values; at most 7 statement texts on SQLite, none past SQLite's oldest parameter limit (999); an
-append refused in a late statement leaves nothing of its earlier statements.
+values (also text that means something to `COPY`'s format: tabs, newlines, backslashes, `\\N`);
+at most 7 statement texts on SQLite, none past SQLite's oldest parameter limit (999); an append
+refused in a late statement, or late in a `COPY`, leaves nothing of itself.
 """
 
 from __future__ import annotations
@@ -18,19 +20,21 @@ from sqlalchemy import event
 
 from tests.store.helpers import TOTALS, added, totals
 from trm_store import EventIdConflictError, NewEvent, Store, open_store
-from trm_store.driver import ROWS_PER_STATEMENT
+from trm_store.rows_insert import COPY_MIN_ROWS, ROWS_PER_STATEMENT
 
-SIZES = [1, 2, 3, 63, 64, 65, 127, 128, 129, 200, 1000]
-"""Appends across every chunk boundary, and one of 1,000 events (15 statements of 64 and 40)."""
+SIZES = [1, 2, 3, 15, 16, 17, 63, 64, 65, 127, 128, 129, 200, 1000]
+"""Appends across every chunk boundary and `COPY_MIN_ROWS`, and one of 1,000 events (15 statements
+of 64 and 40 on SQLite)."""
 
 
 def _inserts(store: Store) -> list[tuple[str, Any, bool]]:
-    """The event inserts the driver is handed from now on: (SQL, parameters, executemany)."""
+    """The event inserts the driver is handed from now on (an INSERT or a COPY): (SQL,
+    parameters, executemany)."""
     sent: list[tuple[str, Any, bool]] = []
 
     @event.listens_for(store._backend.engine, "before_cursor_execute")
     def _seen(_conn: Any, _cursor: Any, sql: str, params: Any, _ctx: Any, many: bool) -> None:
-        if sql.startswith("INSERT INTO events "):
+        if sql.startswith(("INSERT INTO events ", "COPY events ")):
             sent.append((sql, params, many))
 
     return sent
@@ -48,7 +52,7 @@ def test_appends_of_every_size_are_written_whole_and_in_order(store_url: str) ->
             assert [(e.version, e.data["amount"]) for e in read] == [
                 (k + 1, k) for k in range(size)
             ]
-            assert [e.event_id for e in read] == [e.event_id for e in recorded]
+            assert read == recorded  # every column read back as written, recorded_at too
         assert store.head_position() == head == sum(SIZES)
         assert totals(store) == {f"s{n}": (n * (n - 1) // 2, n) for n in SIZES}
         if store.dialect == "sqlite":
@@ -58,12 +62,17 @@ def test_appends_of_every_size_are_written_whole_and_in_order(store_url: str) ->
             assert all(n <= ROWS_PER_STATEMENT and n & (n - 1) == 0 for n in rows)
             assert all(len(params) <= 999 and not many for _, params, many in sent)
             assert sum(rows) == sum(SIZES)
-        else:  # one statement an append: executemany, a row a parameter set (one row: execute)
-            assert [len(params) if many else 1 for _, params, many in sent] == SIZES
+        else:  # one statement an append: executemany or COPY, a row a parameter set (one
+            # row: execute)
+            assert [(sql.split()[0], len(params) if many else 1) for sql, params, many in sent] == [
+                ("COPY" if n >= COPY_MIN_ROWS else "INSERT", n) for n in SIZES
+            ]
 
 
 AWKWARD = ["'", "''", "?", "?1", ":position", "$1", "%", "%s", "%(x)s", "%%", "\\", "\\'", "é✓🙂"]
-"""Text a statement built by hand could take for SQL or for a placeholder."""
+AWKWARD += ["\t", "\n", "\r", "\r\n", "\\N", "\\.", "\n\\.\n", "\\t", "\x1f", "\x7f"]
+"""Text a statement built by hand could take for SQL or for a placeholder, and text that means
+something in `COPY`'s text format (its delimiter, line ends, escapes, NULL and end-of-data)."""
 
 
 @settings(
@@ -78,7 +87,8 @@ def test_a_batch_of_streams_of_any_sizes_is_one_contiguous_run(
     store_url: str, groups: list[tuple[int, str]]
 ) -> None:
     """`append_batch` across streams: the rows of several streams in the same statements, with
-    stream ids and data that hold quotes, placeholders' characters and non-ASCII text."""
+    stream ids and data that hold quotes, placeholders' characters, `COPY`'s special characters
+    and non-ASCII text."""
     with open_store(store_url, projections=TOTALS) as store:
         head = store.head_position()
         tag = uuid.uuid4().hex[:8]  # the examples share the fixture's database
