@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from trm_store.errors import EventValidationError
 
@@ -68,6 +69,29 @@ class EventType:
             raise EventValidationError(f"event {self.name!r}: {e}") from e
         return normal
 
+    def validate_all(self, datas: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """`validate` of each of `datas` (plain dicts), in one call into pydantic for the lot:
+        a list of the model, each item validated and serialised by the model's own schema, so
+        each normal form is the one `validate` gives. None when any of them is refused (or
+        pydantic cannot make a list of the model): the caller then validates each alone, so
+        the error, and which data it names, are `validate`'s.
+
+        Why: an append of 50 events spent ~2.1 us an event in `validate`, ~1 us of it the calls
+        themselves (measured with timeit: 5.6 -> 4.5 us an event for `AppendPreparer`).
+        """
+        adapter = _list_of(self.model)
+        if adapter is None:
+            return None
+        try:
+            for data in datas:
+                _refuse_non_finite(data)
+            normal: list[dict[str, Any]] = adapter.serializer.to_python(
+                adapter.validator.validate_python(datas), mode="json"
+            )
+        except Exception:  # refused, or anything else: `validate` alone says what, as before
+            return None
+        return normal
+
     def read(self, schema_version: int, data: dict[str, Any]) -> dict[str, Any]:
         """Bring stored data of `schema_version` up to the current version."""
         if schema_version == self.schema_version or self.upcast is None:
@@ -120,6 +144,15 @@ def _refuse_non_finite(value: Any, depth: int = 0) -> None:
 
 
 _PLAIN = frozenset({str, int, bool})
+
+
+@cache
+def _list_of(model: type[BaseModel]) -> TypeAdapter[list[Any]] | None:
+    """A list of `model`, built once per model (None if pydantic cannot build it)."""
+    try:
+        return TypeAdapter(list[model])  # type: ignore[valid-type]
+    except Exception:
+        return None
 
 
 _REGISTRY: dict[str, EventType] = {}

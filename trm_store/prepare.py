@@ -6,6 +6,7 @@ import os
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 from trm_store.errors import EventValidationError
@@ -103,18 +104,22 @@ class AppendPreparer:
             )
         prepared = []
         ids_given = False
-        for new in events:
-            prepared.append(self.event(new, stream_id))
+        normals = _validated_together(events)
+        for new, normal in zip(events, normals or repeat(None), strict=False):  # repeat: endless
+            prepared.append(self.event(new, stream_id, normal))
             ids_given = ids_given or new.event_id is not None
         return PreparedAppend(stream_id, expected_version, prepared, ids_given)
 
-    def event(self, new: NewEvent, stream_id: str | None = None) -> PreparedEvent:
-        """Validate one event completely and fix its id (drawn now when it has none)."""
+    def event(
+        self, new: NewEvent, stream_id: str | None = None, normal: dict[str, Any] | None = None
+    ) -> PreparedEvent:
+        """Validate one event completely and fix its id (drawn now when it has none).
+        `normal`: its data validated already, with the others of its append."""
         if not isinstance(new, NewEvent):
             where = "" if stream_id is None else f"stream {stream_id!r}: "
             raise EventValidationError(f"{where}expected NewEvent, got {type(new).__name__}")
         registered = event_type(new.type)
-        data = registered.validate(new.data)
+        data = registered.validate(new.data) if normal is None else normal
         try:  # the message names the type: built only on error, this runs for every event
             data_json = dumps_json(data, what="data")
         except EventValidationError as e:
@@ -130,6 +135,23 @@ class AppendPreparer:
         return PreparedEvent(
             event_id, new.type, registered.schema_version, data, data_json, meta, meta_json
         )
+
+
+def _validated_together(events: Sequence[Any]) -> list[dict[str, Any]] | None:
+    """The normal forms of the events' data validated in one call (`EventType.validate_all`)
+    when they are two or more NewEvents of one registered type whose data are plain dicts (an
+    append of predictions, of LLM calls); otherwise None, and each event is validated alone."""
+    if len(events) < 2 or type(first := events[0]) is not NewEvent:
+        return None
+    kind = first.type
+    for new in events:
+        if type(new) is not NewEvent or new.type != kind or type(new.data) is not dict:
+            return None
+    try:
+        registered = event_type(kind)
+    except EventValidationError:
+        return None  # each event's own check says so
+    return registered.validate_all([new.data for new in events])
 
 
 def prepared_append(
