@@ -15,9 +15,7 @@ cursor. What callers still get from SQLAlchemy there:
 What they do not get there: `handle_error` listeners, `echo`, and invalidation of a connection
 that died (a local file has no disconnects). Every other dialect (PostgreSQL) sends the same SQL
 and parameters through SQLAlchemy's `Connection.exec_driver_sql`, its full execution path: all of
-those work. One exception: an append of many events on PostgreSQL goes as psycopg's `COPY`
-(`trm_store.rows_insert`), which no SQLAlchemy method sends; it gets the listeners, `echo`, and
-SQLAlchemy's own error handling (`handle_error`, invalidation, its error types) by hand.
+those work (an append of many events goes as `COPY` that way too: `trm_store.rows_insert`).
 """
 
 from __future__ import annotations
@@ -36,13 +34,10 @@ from sqlalchemy.sql.elements import ClauseElement
 __all__ = [
     "Compiled",
     "DriverSql",
-    "after_listeners",
-    "before_listeners",
     "bind_processor",
     "execute",
     "execute_many",
     "fetch_all",
-    "observed",
     "on_cursor",
     "padded_in",
     "send",
@@ -137,9 +132,12 @@ def send(conn: Connection, sql: str, bound: Any, many: bool) -> DBAPICursor:
     dbapi_connection = conn.connection.dbapi_connection
     assert dbapi_connection is not None, "the connection was invalidated"
     cursor = dbapi_connection.cursor()
-    watched = observed(conn)
-    if watched:
-        sql, bound = before_listeners(conn, cursor, sql, bound, many)
+    # SQLAlchemy's own test before each of its event points: set for good once any connection
+    # event listener is added to the connection, its engine or the Engine class.
+    observed = conn._has_events or conn.engine._has_events
+    if observed:
+        for listener in conn.dispatch.before_cursor_execute:
+            sql, bound = listener(conn, cursor, sql, bound, None, many)
     try:
         if many:
             cursor.executemany(sql, bound)
@@ -150,29 +148,10 @@ def send(conn: Connection, sql: str, bound: Any, many: bool) -> DBAPICursor:
         raise DBAPIError.instance(
             sql, bound, e, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
         ) from e
-    if watched:
-        after_listeners(conn, cursor, sql, bound, many)
+    if observed:
+        for after in conn.dispatch.after_cursor_execute:
+            after(conn, cursor, sql, bound, None, many)
     return cursor
-
-
-def observed(conn: Connection) -> bool:
-    """SQLAlchemy's own test before each of its event points: set for good once any connection
-    event listener is added to the connection, its engine or the Engine class."""
-    return conn._has_events or conn.engine._has_events
-
-
-def before_listeners(
-    conn: Connection, cursor: Any, sql: str, bound: Any, many: bool
-) -> tuple[str, Any]:
-    """The `before_cursor_execute` listeners, each given what the last returned."""
-    for listener in conn.dispatch.before_cursor_execute:
-        sql, bound = listener(conn, cursor, sql, bound, None, many)
-    return sql, bound
-
-
-def after_listeners(conn: Connection, cursor: Any, sql: str, bound: Any, many: bool) -> None:
-    for after in conn.dispatch.after_cursor_execute:
-        after(conn, cursor, sql, bound, None, many)
 
 
 def fetch_all(conn: Connection, statement: DriverSql, params: Params) -> list[tuple[Any, ...]]:

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import psycopg.sql
-from sqlalchemy import URL, Connection, Engine, Table, create_engine, text
+from sqlalchemy import URL, Connection, Engine, Table, create_engine, event, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
 from trm_store.backend import AppendStart, CheckpointAdvance
@@ -20,6 +20,7 @@ from trm_store.json_codec import serialize_json
 from trm_store.postgres_read_only import guard_read_only
 from trm_store.postgres_writers import PostgresWriters, Prepared
 from trm_store.rebuild_lock import RebuildLock, advisory_rebuild_lock
+from trm_store.rows_insert import copy_rows
 from trm_store.wakeups import NOTIFY_APPENDED
 
 __all__ = ["PostgresBackend"]
@@ -72,6 +73,7 @@ class PostgresBackend:
         self.engine: Engine = create_engine(
             url, connect_args=connect_args, pool_pre_ping=True, json_serializer=serialize_json
         )
+        event.listen(self.engine, "do_executemany", copy_rows)  # an append's COPY
         self._writers = PostgresWriters(self.engine, WRITER_SLOTS)
         self._heads_sql: Prepared | None = None
         if read_only:

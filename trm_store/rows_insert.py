@@ -1,21 +1,29 @@
 """An insert of many rows at once, as each backend takes it fastest: an append's events.
 
 On SQLite (the fast path of `trm_store.driver`) multi-row `INSERT ... VALUES` statements; on
-PostgreSQL an `executemany` through SQLAlchemy for a few rows, a `COPY` for more.
+PostgreSQL an `executemany` through SQLAlchemy for a few rows, a `COPY` for more (through
+SQLAlchemy too: `copy_rows`).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import Connection
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Dialect, ExecutionContext
 
-from trm_store.driver import after_listeners, before_listeners, observed, on_cursor, send
+from trm_store.driver import on_cursor, send
 
-__all__ = ["COPY_MIN_ROWS", "ROWS_PER_STATEMENT", "RowsInsert", "insert_rows", "row_chunks"]
+__all__ = [
+    "COPY_MIN_ROWS",
+    "COPY_ROWS",
+    "ROWS_PER_STATEMENT",
+    "RowsInsert",
+    "copy_rows",
+    "insert_rows",
+    "row_chunks",
+]
 
 ROWS_PER_STATEMENT = 64
 """The most rows one multi-row INSERT carries on SQLite: 64 rows of the events table's 9 columns
@@ -38,7 +46,8 @@ class RowsInsert:
     one statement of several rows, its parameters one flat sequence (not `executemany`'s rows).
 
     On PostgreSQL fewer than `COPY_MIN_ROWS` rows go as one `executemany` through SQLAlchemy
-    (psycopg pipelines it: one round trip), more as one `COPY ... FROM STDIN` (`copy_sql`).
+    (psycopg pipelines it: one round trip), more as one `COPY ... FROM STDIN` (`copy_sql`,
+    sent by `copy_rows`).
     """
 
     __slots__ = ("_columns", "_sql", "copy_sql", "table")
@@ -77,7 +86,7 @@ def insert_rows(conn: Connection, insert: RowsInsert, rows: Sequence[tuple[Any, 
     dialect = conn.dialect
     if not on_cursor(dialect):
         if len(rows) >= COPY_MIN_ROWS and dialect.driver == "psycopg":
-            _copy_in(conn, insert.copy_sql, rows)
+            conn.exec_driver_sql(insert.copy_sql, list(rows), execution_options=_AS_COPY)
         else:
             conn.exec_driver_sql(insert.sql(dialect, 1), list(rows))
         return
@@ -99,31 +108,28 @@ round trip: measured on loopback (raw psycopg, 50-event rows into trm's table, m
 several writers its CPU is what the others wait for (`bench/writers_bench.py`)."""
 
 
-def _copy_in(conn: Connection, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
-    """`rows` through psycopg's `COPY` (`sql`) in the connection's transaction, with what
-    `exec_driver_sql` gives a statement: the cursor listeners (`executemany=True`, the rows as
-    parameters), `echo`, and SQLAlchemy's own handling of an error, which calls `handle_error`
-    listeners, invalidates a connection that died and raises SQLAlchemy's error type (a private
-    method of SQLAlchemy's: `tests/store/test_canaries.py` checks it)."""
-    dbapi_connection = conn.connection.dbapi_connection
-    assert dbapi_connection is not None, "the connection was invalidated"
-    cursor: Any = dbapi_connection.cursor()
-    watched = observed(conn)
-    if watched:
-        sql, rows = before_listeners(conn, cursor, sql, rows, True)
-    logger = conn.engine.logger
-    if logger.isEnabledFor(logging.INFO):  # what SQLAlchemy's `echo` tests
-        logger.info("%s [%d rows]", sql, len(rows))
-    try:
-        with cursor.copy(sql) as copy:
-            for row in rows:
-                copy.write_row(row)
-    except BaseException as e:
-        conn._handle_dbapi_exception(e, sql, rows, cursor, None)
-    finally:
-        cursor.close()
-    if watched:
-        after_listeners(conn, cursor, sql, rows, True)
+COPY_ROWS = "trm_copy_rows"
+"""The execution option that marks an executemany of rows to be sent as `COPY` (`copy_rows`)."""
+_AS_COPY = {COPY_ROWS: True}
+
+
+def copy_rows(
+    cursor: Any, statement: str, parameters: Sequence[Sequence[Any]], context: ExecutionContext
+) -> bool:
+    """A `do_executemany` listener of a PostgreSQL store's engine: an executemany marked with
+    `COPY_ROWS` is sent as psycopg's `COPY` (`statement`), its parameter sets the rows, which
+    psycopg formats in C (`Copy.write_row`); True when it sent it.
+
+    SQLAlchemy's own execution path runs around it (its documented hook for a dialect's
+    executemany), so the statement gets what every other one does: cursor listeners with their
+    execution context, `echo`, `handle_error`, invalidation of a connection that died, its
+    error types."""
+    if not context.execution_options.get(COPY_ROWS):
+        return False
+    with cursor.copy(statement) as copy:
+        for row in parameters:
+            copy.write_row(row)
+    return True
 
 
 def row_chunks(rows: int) -> Iterator[int]:

@@ -2,20 +2,19 @@
 on, each checked for exactly what the code assumes. When an upgrade changes one, its canary fails
 and names what changed and the code that relies on it; nothing else may be the first to notice.
 
-| internal                                               | relied on by                            |
-|--------------------------------------------------------|-----------------------------------------|
-| `Connection._has_events`, `Engine._has_events`         | `driver.send`: skips listener lookup    |
-| `dispatch.before_cursor_execute` wrapping listeners    | `driver.before_listeners` calls them    |
-| `SQLCompiler.positional` / `.positiontup`, `.binds`    | `DriverSql.compiled`                    |
-| `DBAPIError.instance`                                  | `driver.send`: SQLAlchemy's types       |
-| `Connection._handle_dbapi_exception`                   | `rows_insert._copy_in`: a COPY's errors |
-| `json.encoder.c_make_encoder` (its arguments)          | `json_codec._c_encoder`                 |
-| `json.encoder.encode_basestring_ascii`                 | `json_codec.dumps_json`                 |
-| `json.scanner.make_scanner` (C, StopIteration)         | `json_codec.loads_json`                 |
-| `RecordedEvent`'s slot descriptors, no `__post_init__` | `events.recorded_event`                 |
-| `__pydantic_validator__`, `__pydantic_serializer__`    | `event_types.EventType.validate`        |
-| `sqlite3.Error.sqlite_errorcode`                       | `sqlite.SqliteBackend.translate`        |
-| `SQLiteDialect_pysqlite.do_begin`                      | `sqlite_dialect`: a `BEGIN` each time   |
+| internal                                               | relied on by                          |
+|--------------------------------------------------------|---------------------------------------|
+| `Connection._has_events`, `Engine._has_events`         | `driver.send`: skips listener lookup  |
+| `dispatch.before_cursor_execute` wrapping listeners    | `driver.send`: calls them itself      |
+| `SQLCompiler.positional` / `.positiontup`, `.binds`    | `DriverSql.compiled`                  |
+| `DBAPIError.instance`                                  | `driver.send`: SQLAlchemy's types     |
+| `json.encoder.c_make_encoder` (its arguments)          | `json_codec._c_encoder`               |
+| `json.encoder.encode_basestring_ascii`                 | `json_codec.dumps_json`               |
+| `json.scanner.make_scanner` (C, StopIteration)         | `json_codec.loads_json`               |
+| `RecordedEvent`'s slot descriptors, no `__post_init__` | `events.recorded_event`               |
+| `__pydantic_validator__`, `__pydantic_serializer__`    | `event_types.EventType.validate`      |
+| `sqlite3.Error.sqlite_errorcode`                       | `sqlite.SqliteBackend.translate`      |
+| `SQLiteDialect_pysqlite.do_begin`                      | `sqlite_dialect`: a `BEGIN` each time |
 """
 
 from __future__ import annotations
@@ -76,7 +75,7 @@ def test_dispatch_wraps_listeners_to_return_statement_and_parameters(engine: Eng
         cursor.close()
     assert returned == ("SELECT ?", (1,)), (
         "SQLAlchemy no longer wraps a before_cursor_execute listener to return "
-        "(statement, parameters): trm_store.driver.before_listeners unpacks what each one returns"
+        "(statement, parameters): trm_store.driver.send unpacks what each one returns"
     )
 
 
@@ -95,23 +94,6 @@ def test_dbapi_error_instance_wraps_in_sqlalchemy_s_type(engine: Engine) -> None
     assert isinstance(wrapped, IntegrityError) and wrapped.orig is original, (
         "DBAPIError.instance changed: trm_store.driver.send wraps driver errors with it"
     )
-
-
-def test_handle_dbapi_exception_wraps_calls_listeners_and_raises(engine: Engine) -> None:
-    """What `driver._copy_in` hands a COPY's error to: it must raise SQLAlchemy's type for the
-    driver's error and call `handle_error` listeners with the statement (the invalidation of a
-    connection that died is checked on PostgreSQL by tests/store/test_fenced_driver.py)."""
-    why = "Connection._handle_dbapi_exception changed: trm_store.rows_insert._copy_in relies on it"
-    handled: list[str | None] = []
-    event.listen(engine, "handle_error", lambda context: handled.append(context.statement))
-    original = sqlite3.IntegrityError("UNIQUE constraint failed: t.k")
-    with engine.connect() as conn, pytest.raises(IntegrityError) as info:
-        try:
-            raise original
-        except sqlite3.Error as e:
-            conn._handle_dbapi_exception(e, "COPY t FROM STDIN", [(1,)], None, None)
-    assert info.value.orig is original and info.value.statement == "COPY t FROM STDIN", why
-    assert handled == ["COPY t FROM STDIN"], why
 
 
 def test_the_c_json_encoder_is_in_use() -> None:

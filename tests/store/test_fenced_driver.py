@@ -22,7 +22,7 @@ from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DBAPIError
 
 from tests.store.helpers import TOTALS, added, totals
-from trm_store import StoreError, open_store
+from trm_store import EventIdConflictError, StoreError, open_store
 from trm_store.connect import normalise_url
 from trm_store.driver import DriverSql, fetch_all
 from trm_store.rows_insert import COPY_MIN_ROWS
@@ -88,6 +88,62 @@ def test_a_killed_postgres_connection_is_invalidated_and_the_next_append_succeed
         assert [e.event_id for e in store.read_all()][1:] == [*ids, third.event_id]
         amounts = 1 + sum(range(2, events + 2)) + 100
         assert totals(store) == {"s": (amounts, events + 2)}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("events", "insert"), [(1, "INSERT INTO events"), (COPY_MIN_ROWS, "COPY events")]
+)
+def test_an_insert_gets_sqlalchemy_s_execution_context_and_error_handling(
+    pg_url: str, events: int, insert: str
+) -> None:
+    """What instrumentation relies on (Sentry and OpenTelemetry set attributes on the execution
+    context): a context, a cursor still open after the statement with its row count, an error
+    raised by a listener seen by `handle_error`, the parameters of a failed executemany shown
+    as SQLAlchemy shows them (a few rows, not all)."""
+    with open_store(pg_url, projections=TOTALS) as store:
+        engine = store._backend.engine
+        seen: list[tuple[str, bool, int, bool]] = []
+        handled: list[str] = []
+        shown: list[str] = []
+        armed: list[str] = []
+
+        @event.listens_for(engine, "before_cursor_execute")
+        def _before(
+            _conn: Any, _cursor: Any, statement: str, _p: Any, context: Any, _m: bool
+        ) -> None:
+            if statement.startswith(insert):
+                context.span = "mine"  # as instrumentation does
+                if armed:
+                    raise RuntimeError(armed.pop())
+
+        @event.listens_for(engine, "after_cursor_execute")
+        def _after(
+            _conn: Any, cursor: Any, statement: str, _p: Any, context: Any, many: bool
+        ) -> None:
+            if statement.startswith(insert):
+                seen.append((context.span, cursor.closed, cursor.rowcount, many))
+
+        @event.listens_for(engine, "handle_error")
+        def _handled(context: ExceptionContext) -> None:
+            handled.append(str(context.original_exception))
+            shown.append(str(context.sqlalchemy_exception))
+
+        store.append("s", [added(k) for k in range(events)])
+        assert seen == [("mine", False, events, events > 1)]
+        armed.append("a listener's own error")
+        with pytest.raises(RuntimeError, match="a listener's own error"):
+            store.append("s", [added(k) for k in range(events)])
+        assert handled == ["a listener's own error"]
+        assert store.head_position() == events
+
+        [taken] = store.append("t", [added(1, event_id=str(uuid.uuid4()))])
+        many = [added(k, event_id=str(uuid.uuid4())) for k in range(200)]
+        many[150] = added(150, event_id=taken.event_id)
+        with pytest.raises(EventIdConflictError):
+            store.append("u", many)  # a COPY of 200 rows, refused by the event-id index
+        assert "displaying 10 of 200 total bound parameter sets" in shown[-1]
+        assert shown[-1].count("'test.added'") == 10  # not the 200 rows' data
 
 
 def test_only_sqlite_takes_the_fast_path(store_url: str) -> None:
