@@ -10,9 +10,11 @@ got (bench/writers_bench.py). So a trm writer first takes, per database file:
 - a lock of its process, which hands the database to the next thread as soon as the last one
   commits;
 - then a `flock` on a file beside the database (`<file>-writer`), shared by every trm process
-  on the machine: a waiting process tries it again after sleeping a quarter of what it has
-  waited so far (at least 20 us, at most 10 ms), instead of in steps of up to 100 ms. The
-  kernel drops it when its holder dies (SIGKILL included).
+  on the machine. A process that finds it taken waits for it in the kernel (a blocking `flock`,
+  on a thread of its own so that the wait can end at the busy timeout): the kernel wakes it
+  when the holder unlocks, and waiters take it in turn, where polling with sleeps (SQLite's, or
+  ours before) woke late and favoured whoever polled last. The kernel drops it when its holder
+  dies (SIGKILL included).
 
 Both are held from `BEGIN IMMEDIATE` to the end of the transaction and waited for at most the
 busy timeout. Neither is what keeps writers apart: `BEGIN IMMEDIATE` still does that, so a
@@ -37,26 +39,29 @@ from pathlib import Path
 from weakref import WeakValueDictionary
 
 from trm_store.errors import StoreError
+from trm_store.flock_wait import FlockWait, forget_in_child
 
 __all__ = ["WriterLock", "writer_lock"]
 
-_SHORTEST_RETRY_S = 0.00002
-_LONGEST_RETRY_S = 0.01
-_RETRY_FRACTION = 0.25
-"""A process waiting for another's write transaction tries the file lock again after sleeping
-`_RETRY_FRACTION` of what it has waited, within these bounds: a wait ends at most a quarter
-later than the lock was free (plus the shortest sleep), at a cost of a few tries per doubling of
-the wait. Transactions take ~0.3-2 ms: with steps of 0.1 ms growing to 1 ms (before), a waiter
-often slept past the end of the transaction it waited for, and four processes appending to one
-file got 0.87-0.91x of eventsourcing's events/s, against 0.99-1.01x with short steps
-(bench/writers_bench.py's workload, 7 rounds)."""
+_WRITER_FILE = "{}-writer"
 
 
 class WriterLock:
     """One database file's write lock, for the threads of this process and across processes:
     held from `BEGIN IMMEDIATE` to the end of the transaction, by at most one thread."""
 
-    __slots__ = ("__weakref__", "_close_fd", "_depth", "_fd", "_lock", "_timeout", "_where")
+    __slots__ = (
+        "__weakref__",
+        "_close_fd",
+        "_depth",
+        "_fd",
+        "_held",
+        "_lock",
+        "_stop_wait",
+        "_timeout",
+        "_wait",
+        "_where",
+    )
 
     def __init__(self, where: str, timeout: float) -> None:
         self._lock = threading.RLock()
@@ -64,6 +69,11 @@ class WriterLock:
         self._where = where
         self._fd: int | None = None
         self._close_fd: weakref.finalize[[int], WriterLock] | None = None
+        self._held: int | None = None
+        """The descriptor that holds the file lock now: `_fd`, or `_wait`'s."""
+        self._wait: FlockWait | None = None
+        """Waits for the file lock in the kernel when it is taken (made at the first time)."""
+        self._stop_wait: weakref.finalize[[], WriterLock] | None = None
         self._depth = 0
         """How many times this thread holds `_lock` (the file lock is taken at the first)."""
 
@@ -86,8 +96,12 @@ class WriterLock:
     def release(self) -> None:
         self._depth -= 1
         try:
-            if self._depth == 0 and self._fd is not None:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            if self._depth == 0 and (held := self._held) is not None:
+                self._held = None
+                if held == self._fd:
+                    fcntl.flock(held, fcntl.LOCK_UN)
+                elif self._wait is not None:
+                    self._wait.give_back()
         finally:
             self._lock.release()
 
@@ -95,25 +109,30 @@ class WriterLock:
         if self._fd is None:
             try:
                 self._fd = os.open(
-                    f"{self._where}-writer", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
+                    _WRITER_FILE.format(self._where), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
                 )
             except OSError:
                 return  # SQLite's busy handler alone queues the processes, as it did before
             self._close_fd = weakref.finalize(self, os.close, self._fd)
-        started = time.monotonic()
-        while True:
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._held = self._fd
+            return
+        except BlockingIOError:
+            pass
+        if self._wait is None:
             try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                now = time.monotonic()
-                if now >= deadline:
-                    raise StoreError(
-                        f"sqlite:///{self._where} stayed locked past the busy timeout: another "
-                        "process held its write transaction open"
-                    ) from None
-                pause = max((now - started) * _RETRY_FRACTION, _SHORTEST_RETRY_S)
-                time.sleep(min(pause, _LONGEST_RETRY_S, deadline - now))
+                self._wait = FlockWait(_WRITER_FILE.format(self._where))
+            except OSError:
+                return  # as when the file cannot be opened: SQLite's busy handler queues it
+            self._stop_wait = weakref.finalize(self, self._wait.close)
+        if self._wait.take(deadline - time.monotonic()):
+            self._held = self._wait.fd
+        else:
+            raise StoreError(
+                f"sqlite:///{self._where} stayed locked past the busy timeout: another "
+                "process held its write transaction open"
+            )
 
     def close_file(self) -> None:
         """Close the lock's file unless a thread of this process holds the lock (a store is
@@ -128,15 +147,21 @@ class WriterLock:
     def forget_after_fork(self) -> None:
         """In a forked child: a fresh lock, and a descriptor of its own when it next writes
         (closing the inherited one leaves the parent's `flock` alone: the parent's descriptor
-        still holds it)."""
+        still holds it). The parent's wait is dropped, its thread absent here
+        (`flock_wait.forget_in_child` closes its descriptor)."""
         self._lock = threading.RLock()
         self._depth = 0
+        if self._stop_wait is not None:
+            self._stop_wait.detach()
+        self._wait = self._stop_wait = None
         self._forget_file()
 
     def _forget_file(self) -> None:
         if self._close_fd is not None:
             self._close_fd()
-        self._fd = self._close_fd = None
+        if self._stop_wait is not None:
+            self._stop_wait()
+        self._fd = self._close_fd = self._held = self._wait = self._stop_wait = None
 
 
 _locks: WeakValueDictionary[str, WriterLock] = WeakValueDictionary()
@@ -159,6 +184,7 @@ def _fresh_locks_in_child() -> None:
     _locks_lock = threading.Lock()
     for lock in list(_locks.values()):
         lock.forget_after_fork()
+    forget_in_child()
 
 
 os.register_at_fork(after_in_child=_fresh_locks_in_child)

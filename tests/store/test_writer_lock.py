@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.store.helpers import ROOT, TOTALS, added, in_a_forked_child
+from tests.store.helpers import ROOT, TOTALS, added, in_a_forked_child, totals
 from trm_store import Store, StoreError, open_store
 from trm_store.sqlite import SqliteBackend
 from trm_store.sqlite_writer_lock import WriterLock
@@ -136,3 +137,90 @@ def _target(fd: Path) -> Path | None:
         return Path(os.readlink(fd))
     except OSError:
         return None
+
+
+TAKE = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+deadline = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < deadline:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        print("taken")
+        break
+    except BlockingIOError:
+        time.sleep(0.01)
+else:
+    print("still held")
+"""
+
+
+def taken_by_another_process(url: str, within: float = 10.0) -> str:
+    """Whether another process can take the file lock within `within` seconds (never hangs)."""
+    writer_file = url.removeprefix("sqlite:///") + "-writer"
+    done = subprocess.run(
+        [sys.executable, "-c", TAKE, writer_file, str(within)],
+        capture_output=True,
+        text=True,
+        timeout=within + 30,
+    )
+    return done.stdout.strip()
+
+
+def test_a_wait_given_up_lets_the_lock_go_and_the_next_wait_gets_it(sqlite_url: str) -> None:
+    """A wait past the timeout goes on in the kernel: when it gets the lock it must let it go
+    at once (or every other process would wait for this one forever), and the process's next
+    write waits again, on the same thread."""
+    with open_store(sqlite_url, projections=TOTALS) as store:
+        store.append("s", [added(1)])
+        lock = lock_of(store)
+        with held_by_another_process(sqlite_url) as holder:
+            with short_timeout(lock, 0.2), pytest.raises(StoreError, match="another process"):
+                store.append("s", [added(2)])
+            wait = lock._wait
+            assert wait is not None  # the kernel wait, still waiting
+            os.kill(holder.pid, signal.SIGKILL)
+            holder.wait(30)
+        assert taken_by_another_process(sqlite_url) == "taken"
+        with held_by_another_process(sqlite_url) as holder:
+            threading.Timer(0.3, os.kill, (holder.pid, signal.SIGKILL)).start()
+            with short_timeout(lock, 30):
+                store.append("s", [added(3)])  # waits in the kernel until the holder dies
+        assert lock._wait is wait
+        assert store.stream_version("s") == 2 and totals(store) == {"s": (4, 2)}
+        assert taken_by_another_process(sqlite_url) == "taken"  # and let it go after
+
+
+def test_closing_the_store_ends_its_wait_thread_and_descriptor(sqlite_url: str) -> None:
+    writer_file = Path(sqlite_url.removeprefix("sqlite:///") + "-writer").resolve()
+    store = open_store(sqlite_url, projections=TOTALS)
+    with held_by_another_process(sqlite_url) as holder:
+        threading.Timer(0.2, os.kill, (holder.pid, signal.SIGKILL)).start()
+        with short_timeout(lock_of(store), 30):
+            store.append("s", [added(1)])
+    assert _open_on(writer_file) == 2  # the store's own and its wait's
+    store.close()
+    deadline = time.monotonic() + 10
+    while _open_on(writer_file) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _open_on(writer_file) == 0
+    assert not [t for t in threading.enumerate() if t.name == "trm-flock-wait"]
+
+
+def test_a_forked_child_closes_its_copy_of_a_wait_s_descriptor(sqlite_url: str) -> None:
+    """A lock held through an open file goes only when every descriptor of it is closed: a
+    child's copy of the parent's wait descriptor would keep the lock after the parent died."""
+    writer_file = Path(sqlite_url.removeprefix("sqlite:///") + "-writer").resolve()
+    with open_store(sqlite_url, projections=TOTALS) as store:
+        with held_by_another_process(sqlite_url) as holder:
+            threading.Timer(0.2, os.kill, (holder.pid, signal.SIGKILL)).start()
+            with short_timeout(lock_of(store), 30):
+                store.append("s", [added(1)])
+        assert _open_on(writer_file) == 2
+        said = in_a_forked_child(lambda: str(_open_on(writer_file)).encode())
+        assert said == b"0"
+
+
+def _open_on(path: Path) -> int:
+    """This process's descriptors open on `path`."""
+    return sum(1 for fd in Path("/proc/self/fd").iterdir() if _target(fd) == path)
