@@ -23,13 +23,17 @@ _IDLE, _WANTED, _HELD, _CLOSED = "idle", "wanted", "held", "closed"
 class FlockWait:
     """One process's waits for the `flock` of the file at `path`, on a thread of their own."""
 
-    __slots__ = ("_changed", "_state", "fd")
+    __slots__ = ("_changed", "_in_kernel", "_state", "fd")
 
     def __init__(self, path: str) -> None:
+        """OSError if the file cannot be opened, RuntimeError if no thread can be started (at
+        interpreter shutdown): the caller then goes without (SQLite's busy handler queues it)."""
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         """Its own open file: a lock it holds is nobody else's descriptor's."""
         _open.add(self.fd)
         self._state = _IDLE
+        self._in_kernel = False
+        """The thread is inside `flock`: it cannot be stopped before the lock is free."""
         self._changed = threading.Condition(threading.Lock())
         try:
             threading.Thread(target=self._run, name="trm-flock-wait", daemon=True).start()
@@ -44,10 +48,15 @@ class FlockWait:
         with self._changed:
             self._state = _WANTED
             self._changed.notify_all()
-            if self._changed.wait_for(lambda: self._state == _HELD, max(timeout, 0.0)):
-                return True
-            self._state = _IDLE
-            return False
+            got = False
+            try:
+                got = self._changed.wait_for(lambda: self._state == _HELD, max(timeout, 0.0))
+            finally:
+                if not got:  # timed out, or interrupted (KeyboardInterrupt): nobody takes it
+                    if self._state == _HELD:
+                        fcntl.flock(self.fd, fcntl.LOCK_UN)
+                    self._state = _IDLE
+            return got
 
     def give_back(self) -> None:
         """Unlock what `take` got."""
@@ -62,6 +71,17 @@ class FlockWait:
             self._state = _CLOSED
             self._changed.notify_all()
 
+    def close_if_idle(self) -> bool:
+        """`close`, unless the thread is waiting in the kernel for a wait given up: kept then,
+        for the next wait of the process (each store closed during one long hold would
+        otherwise leave a thread and a descriptor behind until the lock is free)."""
+        with self._changed:
+            if self._in_kernel:
+                return False
+            self._state = _CLOSED
+            self._changed.notify_all()
+            return True
+
     def _run(self) -> None:
         try:
             while True:
@@ -69,11 +89,13 @@ class FlockWait:
                     self._changed.wait_for(lambda: self._state in (_WANTED, _CLOSED))
                     if self._state == _CLOSED:
                         return
+                    self._in_kernel = True
                 # An error (a file system without locks): the caller goes on without the lock,
                 # and SQLite's busy handler queues it, as when the file cannot be opened.
                 with suppress(OSError):
                     fcntl.flock(self.fd, fcntl.LOCK_EX)
                 with self._changed:
+                    self._in_kernel = False
                     if self._state == _WANTED:
                         self._state = _HELD
                         self._changed.notify_all()

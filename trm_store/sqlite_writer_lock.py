@@ -53,6 +53,7 @@ class WriterLock:
     __slots__ = (
         "__weakref__",
         "_close_fd",
+        "_close_pending",
         "_depth",
         "_fd",
         "_held",
@@ -76,6 +77,8 @@ class WriterLock:
         self._stop_wait: weakref.finalize[[], WriterLock] | None = None
         self._depth = 0
         """How many times this thread holds `_lock` (the file lock is taken at the first)."""
+        self._close_pending = False
+        """A store closed while a thread held or waited for the lock: that thread closes."""
 
     def acquire(self) -> None:
         """Wait for the lock as long as SQLite's busy timeout would have: StoreError after."""
@@ -89,7 +92,7 @@ class WriterLock:
             if self._depth == 0:
                 self._lock_file(deadline)
         except BaseException:
-            self._lock.release()
+            self._let_go()
             raise
         self._depth += 1
 
@@ -102,6 +105,16 @@ class WriterLock:
                     fcntl.flock(held, fcntl.LOCK_UN)
                 elif self._wait is not None:
                     self._wait.give_back()
+        finally:
+            self._let_go()
+
+    def _let_go(self) -> None:
+        """The process's lock, let go by the thread that holds it; the file closed first if a
+        store closed meanwhile (`close_file`)."""
+        try:
+            if self._depth == 0 and self._close_pending:
+                self._close_pending = False
+                self._forget_file()
         finally:
             self._lock.release()
 
@@ -119,12 +132,14 @@ class WriterLock:
             self._held = self._fd
             return
         except BlockingIOError:
-            pass
+            pass  # taken: wait for it
+        except OSError:
+            return  # no locks on this file system: SQLite's busy handler queues the processes
         if self._wait is None:
             try:
                 self._wait = FlockWait(_WRITER_FILE.format(self._where))
-            except OSError:
-                return  # as when the file cannot be opened: SQLite's busy handler queues it
+            except (OSError, RuntimeError):
+                return  # no file, or no thread (interpreter shutdown): as without a file
             self._stop_wait = weakref.finalize(self, self._wait.close)
         if self._wait.take(deadline - time.monotonic()):
             self._held = self._wait.fd
@@ -135,14 +150,11 @@ class WriterLock:
             )
 
     def close_file(self) -> None:
-        """Close the lock's file unless a thread of this process holds the lock (a store is
-        closing); the next write opens it again."""
+        """Close the lock's file (a store is closing; the next write opens it again), now or,
+        if a thread of this process holds or waits for the lock, when it lets it go."""
+        self._close_pending = True
         if self._lock.acquire(blocking=False):
-            try:
-                if self._depth == 0:
-                    self._forget_file()
-            finally:
-                self._lock.release()
+            self._let_go()
 
     def forget_after_fork(self) -> None:
         """In a forked child: a fresh lock, and a descriptor of its own when it next writes
@@ -151,6 +163,7 @@ class WriterLock:
         (`flock_wait.forget_in_child` closes its descriptor)."""
         self._lock = threading.RLock()
         self._depth = 0
+        self._close_pending = False
         if self._stop_wait is not None:
             self._stop_wait.detach()
         self._wait = self._stop_wait = None
@@ -159,9 +172,11 @@ class WriterLock:
     def _forget_file(self) -> None:
         if self._close_fd is not None:
             self._close_fd()
-        if self._stop_wait is not None:
-            self._stop_wait()
-        self._fd = self._close_fd = self._held = self._wait = self._stop_wait = None
+        self._fd = self._close_fd = self._held = None
+        if self._wait is not None and self._wait.close_if_idle():
+            if self._stop_wait is not None:
+                self._stop_wait.detach()
+            self._wait = self._stop_wait = None
 
 
 _locks: WeakValueDictionary[str, WriterLock] = WeakValueDictionary()

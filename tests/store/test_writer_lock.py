@@ -224,3 +224,78 @@ def test_a_forked_child_closes_its_copy_of_a_wait_s_descriptor(sqlite_url: str) 
 def _open_on(path: Path) -> int:
     """This process's descriptors open on `path`."""
     return sum(1 for fd in Path("/proc/self/fd").iterdir() if _target(fd) == path)
+
+
+def test_a_writer_interrupted_while_it_waits_leaves_the_lock_to_the_others(
+    sqlite_url: str,
+) -> None:
+    """Ctrl-C while an append waits for another process: when that process lets the lock go,
+    this one's wait must not take it for nobody (every other process would then wait out its
+    busy timeout)."""
+    with open_store(sqlite_url, projections=TOTALS) as store:
+        store.append("s", [added(1)])
+        with held_by_another_process(sqlite_url) as holder:
+
+            def interrupt(*_: object) -> None:
+                raise KeyboardInterrupt
+
+            previous = signal.signal(signal.SIGALRM, interrupt)
+            try:
+                signal.setitimer(signal.ITIMER_REAL, 0.3)
+                with pytest.raises(KeyboardInterrupt):
+                    store.append("s", [added(2)])
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+            os.kill(holder.pid, signal.SIGKILL)
+            holder.wait(30)
+        assert taken_by_another_process(sqlite_url) == "taken"
+        store.append("s", [added(3)])
+        assert totals(store) == {"s": (4, 2)}
+
+
+def test_a_store_closed_while_its_writer_waits_closes_the_file_after(sqlite_url: str) -> None:
+    writer_file = Path(sqlite_url.removeprefix("sqlite:///") + "-writer").resolve()
+    store = open_store(sqlite_url, projections=TOTALS)
+    store.append("s", [added(1)])
+    outcome: list[BaseException | None] = []
+
+    def write() -> None:
+        try:
+            store.append("s", [added(2)])
+            outcome.append(None)
+        except BaseException as e:
+            outcome.append(e)
+
+    with held_by_another_process(sqlite_url) as holder:
+        writer = threading.Thread(target=write)
+        with short_timeout(lock_of(store), 30):
+            writer.start()
+            time.sleep(0.3)  # waiting in the kernel now
+            store.close()
+            os.kill(holder.pid, signal.SIGKILL)
+            writer.join(30)
+    assert len(outcome) == 1  # it ended, one way or the other
+    deadline = time.monotonic() + 10
+    while _open_on(writer_file) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _open_on(writer_file) == 0
+    assert not [t for t in threading.enumerate() if t.name == "trm-flock-wait"]
+
+
+def test_without_a_thread_to_wait_a_writer_waits_in_sqlite_s_busy_handler(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At interpreter shutdown (3.12) no thread can start: the writer goes on without the file
+    lock, queued by SQLite's busy handler, as before the file lock existed."""
+
+    def no_thread(path: str) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    with open_store(sqlite_url, projections=TOTALS) as store:
+        store.append("s", [added(1)])
+        monkeypatch.setattr("trm_store.sqlite_writer_lock.FlockWait", no_thread)
+        with held_by_another_process(sqlite_url) as holder:
+            threading.Timer(0.3, os.kill, (holder.pid, signal.SIGKILL)).start()
+            store.append("s", [added(2)])
+        assert totals(store) == {"s": (3, 2)}
