@@ -6,7 +6,6 @@ import os
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
 from trm_store.errors import EventValidationError
@@ -105,9 +104,14 @@ class AppendPreparer:
         prepared = []
         ids_given = False
         normals = _validated_together(events)
-        for new, normal in zip(events, normals or repeat(None), strict=False):  # repeat: endless
-            prepared.append(self.event(new, stream_id, normal))
-            ids_given = ids_given or new.event_id is not None
+        if normals is None:  # one event (most appends), or each validated alone
+            for new in events:
+                prepared.append(self.event(new, stream_id))
+                ids_given = ids_given or new.event_id is not None
+        else:
+            for new, normal in zip(events, normals, strict=True):
+                prepared.append(self.event(new, stream_id, normal))
+                ids_given = ids_given or new.event_id is not None
         return PreparedAppend(stream_id, expected_version, prepared, ids_given)
 
     def event(
