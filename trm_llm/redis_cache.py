@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
-from redis.retry import Retry
 
 from trm_llm.cache import check_key
 from trm_llm.errors import LLMConfigError
