@@ -33,6 +33,20 @@ _PLACEHOLDERS = {"qmark": "?", "pyformat": "%s"}
 qmark; psycopg: pyformat, which takes `%s` with a sequence of values as well)."""
 
 
+COPY_MIN_ROWS = 16
+"""From how many rows `insert_rows` sends them as `COPY` on PostgreSQL. `executemany` costs
+psycopg ~12 us of client CPU a row, `COPY` ~5 (psycopg formats the rows in C), but one more
+round trip: measured on loopback (raw psycopg, 50-event rows into trm's table, medians of 190),
+16 rows took 473 us (285 us of CPU) as `executemany` and 511 us (214 us) as `COPY`, 32 rows
+666 (409) against 617 (239). An append holds the store's lock for the whole insert, so with
+several writers its CPU is what the others wait for (`bench/writers_bench.py`)."""
+
+
+COPY_ROWS = "trm_copy_rows"
+"""The execution option that marks an executemany of rows to be sent as `COPY` (`copy_rows`)."""
+_AS_COPY = {COPY_ROWS: True}
+
+
 class RowsInsert:
     """An INSERT of many rows into one table, each row a tuple in `columns` order.
 
@@ -97,20 +111,6 @@ def insert_rows(conn: Connection, insert: RowsInsert, rows: Sequence[tuple[Any, 
         )
         send(conn, insert.sql(dialect, size), values, many=False).close()
         start += size
-
-
-COPY_MIN_ROWS = 16
-"""From how many rows `insert_rows` sends them as `COPY` on PostgreSQL. `executemany` costs
-psycopg ~12 us of client CPU a row, `COPY` ~5 (psycopg formats the rows in C), but one more
-round trip: measured on loopback (raw psycopg, 50-event rows into trm's table, medians of 190),
-16 rows took 473 us (285 us of CPU) as `executemany` and 511 us (214 us) as `COPY`, 32 rows
-666 (409) against 617 (239). An append holds the store's lock for the whole insert, so with
-several writers its CPU is what the others wait for (`bench/writers_bench.py`)."""
-
-
-COPY_ROWS = "trm_copy_rows"
-"""The execution option that marks an executemany of rows to be sent as `COPY` (`copy_rows`)."""
-_AS_COPY = {COPY_ROWS: True}
 
 
 def copy_rows(
