@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trm_store.errors import EventValidationError
-from trm_store.event_ids import check_event_id, new_event_id
+from trm_store.event_ids import check_event_id, new_event_id, new_event_ids
 from trm_store.event_types import event_type
 from trm_store.events import NewEvent
 from trm_store.json_codec import JsonText, dumps_json
@@ -101,24 +101,25 @@ class AppendPreparer:
             raise EventValidationError(
                 f"stream {stream_id!r}: events must be a non-empty list of NewEvent"
             )
-        prepared = []
-        ids_given = False
-        normals = _validated_together(events)
-        if normals is None:  # one event (most appends), or each validated alone
-            for new in events:
-                prepared.append(self.event(new, stream_id))
-                ids_given = ids_given or new.event_id is not None
-        else:
-            for new, normal in zip(events, normals, strict=True):
-                prepared.append(self.event(new, stream_id, normal))
-                ids_given = ids_given or new.event_id is not None
+        together = _validated_together(events)
+        normals = [None] * len(events) if together is None else together  # None: each alone
+        # The ids of the whole append drawn at once (a caller's own id leaves its one unused).
+        prepared = [
+            self.event(new, stream_id, normal, fresh)
+            for new, normal, fresh in zip(events, normals, new_event_ids(len(events)), strict=True)
+        ]
+        ids_given = any(new.event_id is not None for new in events)
         return PreparedAppend(stream_id, expected_version, prepared, ids_given)
 
     def event(
-        self, new: NewEvent, stream_id: str | None = None, normal: dict[str, Any] | None = None
+        self,
+        new: NewEvent,
+        stream_id: str | None = None,
+        normal: dict[str, Any] | None = None,
+        fresh_id: str | None = None,
     ) -> PreparedEvent:
-        """Validate one event completely and fix its id (drawn now when it has none).
-        `normal`: its data validated already, with the others of its append."""
+        """Validate one event completely and fix its id (`fresh_id`, or drawn now, when it has
+        none). `normal`: its data validated already, with the others of its append."""
         if not isinstance(new, NewEvent):
             where = "" if stream_id is None else f"stream {stream_id!r}: "
             raise EventValidationError(f"{where}expected NewEvent, got {type(new).__name__}")
@@ -135,7 +136,10 @@ class AppendPreparer:
             meta_json = dumps_json(meta, what=f"event {new.type!r} meta")
         else:
             raise EventValidationError(f"event {new.type!r}: meta must be a mapping")
-        event_id = new_event_id() if new.event_id is None else check_event_id(new.event_id)
+        if new.event_id is not None:
+            event_id = check_event_id(new.event_id)
+        else:
+            event_id = new_event_id() if fresh_id is None else fresh_id
         return PreparedEvent(
             event_id, new.type, registered.schema_version, data, data_json, meta, meta_json
         )

@@ -6,8 +6,11 @@ import threading
 import time
 import uuid
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests.store.helpers import in_a_forked_child
-from trm_store.event_ids import check_event_id, new_event_id
+from trm_store.event_ids import check_event_id, new_event_id, new_event_ids
 
 
 def test_new_event_ids_are_distinct_version_7_uuids_in_normal_form() -> None:
@@ -22,6 +25,23 @@ def test_new_event_ids_are_distinct_version_7_uuids_in_normal_form() -> None:
         assert str(parsed) == event_id
         assert check_event_id(event_id) == event_id
         assert before <= parsed.int >> 80 <= after  # its first 48 bits: Unix milliseconds
+
+
+@settings(max_examples=60, deadline=None)
+@given(counts=st.lists(st.integers(0, 1_200), min_size=1, max_size=6))
+def test_ids_drawn_for_appends_of_any_size_are_as_single_ones_and_all_distinct(
+    counts: list[int],
+) -> None:
+    """Batches across the random pool's refills (400 ids a draw): each the size asked, every
+    id a version-7 UUID in normal form whose random bits are its own."""
+    batches = [new_event_ids(count) for count in counts]
+    assert [len(batch) for batch in batches] == counts
+    every = [event_id for batch in batches for event_id in batch]
+    assert len(set(every)) == len(every)
+    assert len({event_id[15:] for event_id in every}) == len(every)  # past the milliseconds
+    for event_id in every:
+        parsed = uuid.UUID(event_id)
+        assert (parsed.version, parsed.variant, str(parsed)) == (7, uuid.RFC_4122, event_id)
 
 
 def test_ids_drawn_a_millisecond_apart_sort_in_drawing_order() -> None:
@@ -43,11 +63,13 @@ def test_every_random_bit_of_a_new_event_id_varies() -> None:
 
 
 def test_threads_drawing_at_once_never_draw_the_same_id() -> None:
-    """Ids' random bytes come from a pool shared by the threads (`_random10`)."""
+    """Ids' random bits come from a pool shared by the threads (`_random_hex`), taken one id
+    at a time and a whole append's at once."""
     drawn: list[list[str]] = [[] for _ in range(8)]
 
     def draw(mine: list[str]) -> None:
-        mine.extend(new_event_id() for _ in range(5_000))
+        for k in range(1_000):
+            mine.extend(new_event_ids(k % 9) if k % 2 else [new_event_id()])
 
     threads = [threading.Thread(target=draw, args=(mine,)) for mine in drawn]
     for thread in threads:
@@ -55,7 +77,7 @@ def test_threads_drawing_at_once_never_draw_the_same_id() -> None:
     for thread in threads:
         thread.join(60)
     every = [event_id for mine in drawn for event_id in mine]
-    assert len(every) == 40_000 and len(set(every)) == len(every)
+    assert len(every) == 8 * (500 + 1_996) and len(set(every)) == len(every)
 
 
 def test_a_forked_child_draws_other_random_bits_than_its_parent() -> None:
