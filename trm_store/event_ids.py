@@ -54,13 +54,13 @@ _now_ns = time.time_ns
 _VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 """The RFC 9562 variant: the top two bits of the 17th hex digit set to 10."""
 _DRAWS = 400
-"""Ids' random bits taken from one `os.urandom` call."""
+"""Ids' random bits taken from one `os.urandom` call (more when one draw asks for more)."""
 _pieces: Iterator[str] = iter(())
 
 
 def _random_hex(count: int) -> list[str]:
-    """`count` pieces of 20 random hex digits (80 bits) from the OS's CSPRNG, drawn `_DRAWS` at
-    a time.
+    """`count` pieces of 20 random hex digits (80 bits) from the OS's CSPRNG, drawn `_DRAWS` (or
+    `count`, when more) at a time.
 
     One `os.urandom` per id was a system call that releases the GIL, on every event appended:
     with other threads running Python, each return waited for the GIL (up to the 5 ms switch
@@ -71,7 +71,7 @@ def _random_hex(count: int) -> list[str]:
     """
     global _pieces
     taken = list(islice(_pieces, count))
-    while len(taken) < count:
+    if len(taken) < count:
         pool = os.urandom(10 * max(_DRAWS, count)).hex()
         pieces = iter([pool[k : k + 20] for k in range(0, len(pool), 20)])
         taken.extend(islice(pieces, count - len(taken)))

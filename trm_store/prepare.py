@@ -101,14 +101,21 @@ class AppendPreparer:
             raise EventValidationError(
                 f"stream {stream_id!r}: events must be a non-empty list of NewEvent"
             )
-        together = _validated_together(events)
-        normals = [None] * len(events) if together is None else together  # None: each alone
-        # The ids of the whole append drawn at once (a caller's own id leaves its one unused).
-        prepared = [
-            self.event(new, stream_id, normal, fresh)
-            for new, normal, fresh in zip(events, normals, new_event_ids(len(events)), strict=True)
-        ]
-        ids_given = any(new.event_id is not None for new in events)
+        prepared = []
+        ids_given = False
+        normals = _validated_together(events)
+        if normals is None:  # one event (most appends), or each validated alone
+            for new in events:
+                prepared.append(self.event(new, stream_id))
+                ids_given = ids_given or new.event_id is not None
+        else:
+            # The append's ids drawn at once, unless the caller chose any (a retry, most likely).
+            ids_given = any(new.event_id is not None for new in events)
+            fresh = [None] * len(events) if ids_given else new_event_ids(len(events))
+            prepared = [
+                self.event(new, stream_id, normal, fresh_id)
+                for new, normal, fresh_id in zip(events, normals, fresh, strict=True)
+            ]
         return PreparedAppend(stream_id, expected_version, prepared, ids_given)
 
     def event(

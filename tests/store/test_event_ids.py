@@ -6,10 +6,12 @@ import threading
 import time
 import uuid
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.store.helpers import in_a_forked_child
+from tests.store.helpers import added, in_a_forked_child
+from trm_store import open_store
 from trm_store.event_ids import check_event_id, new_event_id, new_event_ids
 
 
@@ -89,3 +91,20 @@ def test_a_forked_child_draws_other_random_bits_than_its_parent() -> None:
     ours = [new_event_id() for _ in range(100)]
     assert len(theirs) == 100
     assert not {i[15:] for i in theirs} & {i[15:] for i in ours}  # past the milliseconds
+
+
+@settings(max_examples=30, deadline=None)
+@given(given_ids=st.lists(st.booleans(), min_size=1, max_size=40))
+def test_an_append_keeps_the_ids_given_and_draws_the_others(
+    tmp_path_factory: pytest.TempPathFactory, given_ids: list[bool]
+) -> None:
+    """Whatever the mix (the preparer draws an append's ids at once only when the caller gave
+    none): each given id is the recorded one, every other a fresh id of its own."""
+    path = tmp_path_factory.mktemp("ids") / "trm.db"
+    chosen = [str(uuid.uuid4()) if mine else None for mine in given_ids]
+    with open_store(f"sqlite:///{path}", projections={}) as store:
+        recorded = store.append("s", [added(k, event_id=c) for k, c in enumerate(chosen)])
+    ids = [event.event_id for event in recorded]
+    assert len(set(ids)) == len(ids)
+    for event_id, c in zip(ids, chosen, strict=True):
+        assert event_id == c if c is not None else uuid.UUID(event_id).version == 7
