@@ -20,6 +20,7 @@ from sqlalchemy import event
 
 from tests.store.helpers import TOTALS, added, totals
 from trm_store import EventIdConflictError, NewEvent, Store, open_store
+from trm_store.json_codec import JsonText
 from trm_store.rows_insert import COPY_MIN_ROWS, ROWS_PER_STATEMENT
 
 SIZES = [1, 2, 3, 15, 16, 17, 63, 64, 65, 127, 128, 129, 200, 1000]
@@ -127,3 +128,23 @@ def test_an_append_refused_in_a_late_statement_writes_nothing(store_url: str) ->
         assert totals(store) == {"first": (1, 1)}
         again = store.append("late", [added(k) for k in range(200)])  # the log goes on at 2
         assert [again[0].position, again[-1].position] == [2, 201]
+
+
+def test_json_text_reaches_sqlite_through_its_adapter(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sqlite3 binds an event's data and meta (`JsonText`, a str subclass) through the adapter
+    the dialect registers. Without it, sqlite3 first tries its protocol's `__adapt__` (an
+    AttributeError formatted and dropped, for every value) and then the value's `__conform__`,
+    which this test watches: it must never be asked."""
+    conformed: list[str] = []
+
+    def conform(value: JsonText, _protocol: object) -> str:
+        conformed.append(str(value))
+        return str(value)
+
+    monkeypatch.setattr(JsonText, "__conform__", conform, raising=False)
+    with open_store(sqlite_url, projections=TOTALS) as store:
+        recorded = store.append("s", [added(1), added(2, meta={"why": "a test"})])
+        assert store.read_stream("s") == recorded
+    assert conformed == []
