@@ -1,7 +1,8 @@
 """The canonical JSON codec of the log: what an event's data and meta are written as, and read back.
 
-Canonical: keys sorted, no spaces, ASCII only, no NaN or infinities, no NUL, no lone surrogates
-(PostgreSQL cannot store NUL in JSON, so no backend accepts it). The text is written as is, so the
+Canonical: keys sorted, no spaces, ASCII only, no NaN or infinities, no NUL, no surrogate code
+points (PostgreSQL cannot store NUL in JSON, so no backend accepts it; a surrogate is not valid
+Unicode, and a pair of them would read back as another string). The text is written as is, so the
 same event reads back the same on either backend.
 """
 
@@ -36,6 +37,8 @@ class JsonText(str):
 
 # An escaped NUL that is not itself an escaped backslash followed by "u0000".
 _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+"""A surrogate code point: in a Python str, text that is not valid Unicode even in a pair."""
 # An escaped surrogate that is not half of a pair (json.dumps escapes a valid pair as two).
 _LONE_SURROGATE = re.compile(
     r"(?<!\\)(?:\\\\)*(?:\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})"
@@ -129,9 +132,31 @@ def dumps_json(value: Any, *, what: str) -> JsonText:
         raise EventValidationError(f"{what} is not JSON: {e}") from e
     if "\\u0000" in text and _NUL.search(text):
         raise EventValidationError(f"{what} contains a NUL character")
-    if "\\ud" in text and _LONE_SURROGATE.search(text):
-        raise EventValidationError(f"{what} contains a lone surrogate (not valid Unicode)")
+    if "\\ud" in text:
+        if _LONE_SURROGATE.search(text):
+            raise EventValidationError(f"{what} contains a lone surrogate (not valid Unicode)")
+        if _surrogate_in(value):
+            raise EventValidationError(
+                f"{what} contains a surrogate pair written as two characters (not valid "
+                "Unicode: it would read back as the one character the pair encodes)"
+            )
     return JsonText(text)
+
+
+def _surrogate_in(value: Any) -> bool:
+    """Whether any text in `value`, keys included, holds a surrogate code point.
+
+    The escaped text cannot tell: a character past U+FFFF and the two surrogates that encode it
+    in UTF-16 both come out as the same pair of escapes, and read back as the one character.
+    So this looks at the value, and only when its text has such an escape (rare).
+    """
+    if isinstance(value, str):
+        return _SURROGATE.search(value) is not None
+    if isinstance(value, dict):
+        return any(_surrogate_in(key) or _surrogate_in(item) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return any(_surrogate_in(item) for item in value)
+    return False
 
 
 _Scanner = Callable[[str, int], tuple[Any, int]]

@@ -35,10 +35,11 @@ SETTINGS = settings(
 EDGE_INTS = [2**31 - 1, 2**31, 2**63 - 1, 2**63, 2**64, -(2**63), -(2**63) - 1, -1, 0]
 ints = st.one_of(st.sampled_from(EDGE_INTS), st.integers(-(2**70), 2**70))
 texts = st.one_of(
-    st.sampled_from(["a\udcff", "a\x00b", "\ud800", "ok", "é\u2028"]),
+    st.sampled_from(["a\udcff", "a\x00b", "\ud800", "\ud83d\ude00", "ok", "é\u2028", "\U0001f600"]),
     st.text(st.characters(codec=None, exclude_categories=()), min_size=1, max_size=6),
 )
-"""Text with lone surrogates and NUL among the rest (hypothesis' default leaves them out)."""
+"""Text with surrogates (alone, and two making a pair) and NUL among the rest (hypothesis' default
+leaves them out)."""
 
 
 @pytest.fixture
@@ -73,6 +74,7 @@ def agree(stores: tuple[Store, Store], call: Callable[[Store], Any]) -> Outcome:
 @example(stream_id="s", expected=2**63, detail="x")
 @example(stream_id="s", expected=2**64, detail="x")
 @example(stream_id="s", expected=0, detail="a\x00")
+@example(stream_id="s", expected=None, detail="\ud83d\ude00")
 def test_append_arguments_agree(
     stores: tuple[Store, Store], stream_id: str, expected: int | None, detail: str
 ) -> None:
@@ -86,7 +88,9 @@ def test_append_arguments_agree(
         )
         return [(e.stream_id, e.data, e.meta["note"]) for e in store.read_stream(stream_id)]
 
-    agree(stores, append)
+    outcome, read = agree(stores, append)
+    if outcome == "ok":  # and what was written reads back as it was given
+        assert [(data["detail"], note) for _, data, note in read] == [(detail, detail)]
 
 
 @SETTINGS

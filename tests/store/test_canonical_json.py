@@ -58,6 +58,48 @@ def test_loads_json_reads_back_what_dumps_json_wrote(value: Any) -> None:
     assert loads_json(text) == json.loads(text)
 
 
+SURROGATE_PAIR = st.tuples(
+    st.characters(min_codepoint=0xD800, max_codepoint=0xDBFF),
+    st.characters(min_codepoint=0xDC00, max_codepoint=0xDFFF),
+).map("".join)
+"""Two code points that UTF-16 would read as one character past U+FFFF: not valid Unicode in a
+Python str, and written by the JSON encoder exactly as that character is."""
+ANY_TEXT = st.lists(
+    st.characters(exclude_characters="\x00") | SURROGATE_PAIR | st.just("\U0001f600"), max_size=6
+).map("".join)
+"""Text with surrogates alone and in pairs, and characters past U+FFFF, among the rest."""
+
+
+def _valid_unicode(value: Any) -> bool:
+    """The oracle: strict UTF-8 refuses every surrogate code point, paired or not."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@given(
+    st.recursive(
+        st.none() | st.integers() | ANY_TEXT,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(ANY_TEXT, inner, max_size=3),
+        max_leaves=8,
+    )
+)
+def test_text_reads_back_as_it_was_written_or_is_refused(value: Any) -> None:
+    """A surrogate code point anywhere, alone or two making a pair, is refused (a pair used to be
+    written, and read back as the one character it encodes: another string); valid text reads
+    back equal, characters past U+FFFF included."""
+    try:
+        text = dumps_json(value, what="value")
+    except EventValidationError as e:
+        assert "surrogate" in str(e)
+        assert not _valid_unicode(value)
+    else:
+        assert _valid_unicode(value)
+        assert loads_json(text) == value
+
+
 @given(st.text(max_size=30) | JSON_VALUES.map(lambda v: f" {json.dumps(v, indent=1)}\n"))
 def test_loads_json_reads_any_text_as_json_loads_does(text: str) -> None:
     try:
