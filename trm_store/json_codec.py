@@ -16,6 +16,7 @@ from json.scanner import make_scanner
 from typing import Any
 
 from trm_store.errors import EventValidationError
+from trm_store.vocabulary import text_problem
 
 __all__ = [
     "JsonText",
@@ -37,8 +38,6 @@ class JsonText(str):
 
 # An escaped NUL that is not itself an escaped backslash followed by "u0000".
 _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
-_SURROGATE = re.compile("[\ud800-\udfff]")
-"""A surrogate code point: in a Python str, text that is not valid Unicode even in a pair."""
 # An escaped surrogate that is not half of a pair (json.dumps escapes a valid pair as two).
 _LONE_SURROGATE = re.compile(
     r"(?<!\\)(?:\\\\)*(?:\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})"
@@ -144,14 +143,15 @@ def dumps_json(value: Any, *, what: str) -> JsonText:
 
 
 def _surrogate_in(value: Any) -> bool:
-    """Whether any text in `value`, keys included, holds a surrogate code point.
+    """Whether any text in `value`, keys included, holds a surrogate code point (text that
+    `text_problem` refuses: no UTF-8 encoder takes it; NUL was refused before this is asked).
 
     The escaped text cannot tell: a character past U+FFFF and the two surrogates that encode it
     in UTF-16 both come out as the same pair of escapes, and read back as the one character.
     So this looks at the value, and only when its text has such an escape (rare).
     """
     if isinstance(value, str):
-        return _SURROGATE.search(value) is not None
+        return text_problem(value) is not None
     if isinstance(value, dict):
         return any(_surrogate_in(key) or _surrogate_in(item) for key, item in value.items())
     if isinstance(value, list | tuple):
