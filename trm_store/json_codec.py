@@ -19,7 +19,6 @@ from trm_store.errors import EventValidationError
 from trm_store.vocabulary import text_problem
 
 __all__ = [
-    "JsonText",
     "choose_encoder",
     "dumps_json",
     "loads_json",
@@ -28,12 +27,6 @@ __all__ = [
 ]
 
 Encode = Callable[[Any], str]
-
-
-class JsonText(str):
-    """JSON already serialised (and checked) by `dumps_json`: written to the database as is."""
-
-    __slots__ = ()
 
 
 # An escaped NUL that is not itself an escaped backslash followed by "u0000".
@@ -121,9 +114,13 @@ def choose_encoder(make_encoder: Any, reference: Encode = _pure_python) -> Encod
 _encode = choose_encoder(c_make_encoder)
 
 
-def dumps_json(value: Any, *, what: str) -> JsonText:
+def dumps_json(value: Any, *, what: str) -> str:
     """Canonical JSON; NaN, infinities, NUL characters and non-JSON values raise
-    EventValidationError (PostgreSQL cannot store NUL in JSON, so no backend accepts it)."""
+    EventValidationError (PostgreSQL cannot store NUL in JSON, so no backend accepts it).
+
+    An exact `str`, which sqlite3 binds at once: for a `str` subclass it first looks up an
+    adapter, then `__adapt__` and `__conform__` (formatting and dropping an AttributeError),
+    twice an appended event and once a JSON column of every projection row."""
     try:
         # A bare string (a projection's text column kept as JSON) skips the encoder's setup.
         text = encode_basestring_ascii(value) if type(value) is str else _encode(value)
@@ -139,7 +136,7 @@ def dumps_json(value: Any, *, what: str) -> JsonText:
                 f"{what} contains a surrogate pair written as two characters (not valid "
                 "Unicode: it would read back as the one character the pair encodes)"
             )
-    return JsonText(text)
+    return text
 
 
 def _surrogate_in(value: Any) -> bool:
@@ -189,7 +186,6 @@ def same_json(a: Any, b: Any) -> bool:
 
 
 def serialize_json(value: Any) -> str:
-    """The engines' JSON serializer: pre-serialised JsonText passes through untouched."""
-    if isinstance(value, JsonText):
-        return value
+    """The engines' JSON serializer: a value bound to a JSON column through SQLAlchemy is
+    written as canonical JSON too."""
     return dumps_json(value, what="JSON column value")

@@ -12,7 +12,7 @@ from trm_store.errors import EventValidationError
 from trm_store.event_ids import check_event_id, new_event_id, new_event_ids
 from trm_store.event_types import event_type
 from trm_store.events import NewEvent
-from trm_store.json_codec import JsonText, dumps_json
+from trm_store.json_codec import dumps_json
 from trm_store.vocabulary import ID_MAX, count_problem, id_problem, text_problem
 
 __all__ = [
@@ -55,9 +55,9 @@ class PreparedEvent:
     type: str
     schema_version: int
     data: dict[str, Any]
-    data_json: JsonText
+    data_json: str
     meta: dict[str, Any]
-    meta_json: JsonText
+    meta_json: str
 
 
 @dataclass(slots=True)

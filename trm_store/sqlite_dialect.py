@@ -1,19 +1,16 @@
 """The `sqlite+trm` dialect: pysqlite whose every SQLAlchemy transaction is a real SQLite one.
 
-Registered with SQLAlchemy by `register_dialect` (with an adapter for the driver), which the
-SQLite backend calls where it builds its engine: importing this module changes nothing.
+Registered with SQLAlchemy by `register_dialect`, which the SQLite backend calls where it builds
+its engine: importing this module changes nothing.
 """
 
 from __future__ import annotations
 
 import functools
-import sqlite3
 
 from sqlalchemy.dialects import registry
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine.interfaces import DBAPIConnection
-
-from trm_store.json_codec import JsonText
 
 __all__ = ["DIALECT_NAME", "TransactionalSqliteDialect", "register_dialect"]
 
@@ -43,17 +40,6 @@ class TransactionalSqliteDialect(SQLiteDialect_pysqlite):
 
 @functools.cache
 def register_dialect() -> None:
-    """Make `sqlite+trm` URLs load `TransactionalSqliteDialect`, and sqlite3 bind `JsonText` as
-    the text it is: once per process, and calling it again changes nothing.
-
-    The adapter is for speed alone. sqlite3 binds an exact `str` at once; for anything else,
-    such as the `JsonText` (a `str` subclass) of every event's data and meta and of every JSON
-    column of a projection, it first looks for a registered adapter, then for `__adapt__` on its
-    protocol type, whose miss formats an AttributeError that it drops (~1,700 instructions a
-    value), then for the value's `__conform__`, before binding it as text all the same. With the
-    adapter, the first lookup finds `str` (a copy of the text; `writers_instructions.py`, 50-event
-    appends: 124,715 -> 121,550 instructions an event). Registered for trm's own type only, so
-    no one else's binding changes (an adapter a program registered for `JsonText` is replaced).
-    """
+    """Make `sqlite+trm` URLs load `TransactionalSqliteDialect`: once per process, and calling
+    it again changes nothing."""
     registry.register(DIALECT_NAME, __name__, TransactionalSqliteDialect.__name__)
-    sqlite3.register_adapter(JsonText, str)
