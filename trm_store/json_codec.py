@@ -126,6 +126,14 @@ def dumps_json(value: Any, *, what: str) -> str:
         text = encode_basestring_ascii(value) if type(value) is str else _encode(value)
     except (TypeError, ValueError, RecursionError) as e:
         raise EventValidationError(f"{what} is not JSON: {e}") from e
+    if "\\u" in text:  # rare: ASCII text, where only other characters (or "\\" + "u") hold one
+        _refuse_escaped(value, text, what)
+    return text
+
+
+def _refuse_escaped(value: Any, text: str, what: str) -> None:
+    """Refuse the NUL characters and surrogates that `text`, the canonical JSON of `value`, holds
+    escaped."""
     if "\\u0000" in text and _NUL.search(text):
         raise EventValidationError(f"{what} contains a NUL character")
     if "\\ud" in text:
@@ -136,7 +144,6 @@ def dumps_json(value: Any, *, what: str) -> str:
                 f"{what} contains a surrogate pair written as two characters (not valid "
                 "Unicode: it would read back as the one character the pair encodes)"
             )
-    return text
 
 
 def _surrogate_in(value: Any) -> bool:
