@@ -103,35 +103,40 @@ class AppendPreparer:
             )
         prepared = []
         ids_given = False
-        normals = _validated_together(events)
-        if normals is None:  # one event (most appends), or each validated alone
+        together = _validated_together(events)
+        if together is None:  # one event (most appends), or each validated alone
             for new in events:
                 prepared.append(self.event(new, stream_id))
                 ids_given = ids_given or new.event_id is not None
         else:
+            schema_version, normals = together
             # The append's ids drawn at once, unless the caller chose any (a retry, most likely).
             ids_given = any(new.event_id is not None for new in events)
             fresh = [None] * len(events) if ids_given else new_event_ids(len(events))
             prepared = [
-                self.event(new, stream_id, normal, fresh_id)
+                self._validated(new, schema_version, normal, fresh_id)
                 for new, normal, fresh_id in zip(events, normals, fresh, strict=True)
             ]
         return PreparedAppend(stream_id, expected_version, prepared, ids_given)
 
-    def event(
-        self,
-        new: NewEvent,
-        stream_id: str | None = None,
-        normal: dict[str, Any] | None = None,
-        fresh_id: str | None = None,
-    ) -> PreparedEvent:
-        """Validate one event completely and fix its id (`fresh_id`, or drawn now, when it has
-        none). `normal`: its data validated already, with the others of its append."""
+    def event(self, new: NewEvent, stream_id: str | None = None) -> PreparedEvent:
+        """Validate one event completely and fix its id (drawn now, when it has none)."""
         if not isinstance(new, NewEvent):
             where = "" if stream_id is None else f"stream {stream_id!r}: "
             raise EventValidationError(f"{where}expected NewEvent, got {type(new).__name__}")
         registered = event_type(new.type)
-        data = registered.validate(new.data) if normal is None else normal
+        return self._validated(new, registered.schema_version, registered.validate(new.data))
+
+    def _validated(
+        self,
+        new: NewEvent,
+        schema_version: int,
+        data: dict[str, Any],
+        fresh_id: str | None = None,
+    ) -> PreparedEvent:
+        """The event whose data `data` is validated already (the normal form of `new.data`), its
+        JSON serialised and its meta and id checked; `fresh_id`: the id it gets if it has none
+        (else one is drawn now)."""
         try:  # the message names the type: built only on error, this runs for every event
             data_json = dumps_json(data, what="data")
         except EventValidationError as e:
@@ -147,15 +152,14 @@ class AppendPreparer:
             event_id = check_event_id(new.event_id)
         else:
             event_id = new_event_id() if fresh_id is None else fresh_id
-        return PreparedEvent(
-            event_id, new.type, registered.schema_version, data, data_json, meta, meta_json
-        )
+        return PreparedEvent(event_id, new.type, schema_version, data, data_json, meta, meta_json)
 
 
-def _validated_together(events: Sequence[Any]) -> list[dict[str, Any]] | None:
-    """The normal forms of the events' data validated in one call (`EventType.validate_all`)
-    when they are two or more NewEvents of one registered type whose data are plain dicts (an
-    append of predictions, of LLM calls); otherwise None, and each event is validated alone."""
+def _validated_together(events: Sequence[Any]) -> tuple[int, list[dict[str, Any]]] | None:
+    """The schema version of the events' type and the normal forms of their data, validated in
+    one call (`EventType.validate_all`), when they are two or more NewEvents of one registered
+    type whose data are plain dicts (an append of predictions, of LLM calls); otherwise None,
+    and each event is validated alone."""
     if len(events) < 2 or type(first := events[0]) is not NewEvent:
         return None
     kind = first.type
@@ -166,7 +170,8 @@ def _validated_together(events: Sequence[Any]) -> list[dict[str, Any]] | None:
         registered = event_type(kind)
     except EventValidationError:
         return None  # each event's own check says so
-    return registered.validate_all([new.data for new in events])
+    normals = registered.validate_all([new.data for new in events])
+    return None if normals is None else (registered.schema_version, normals)
 
 
 def prepared_append(
