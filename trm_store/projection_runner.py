@@ -35,9 +35,14 @@ class ProjectionSet:
             name: p.define(MetaData(), "") for name, p in self.projections.items()
         }
         # Built once and sent straight to the driver, with the projections' names and versions
-        # rendered into the SQL: it runs in every append.
-        current = " OR ".join(
-            f"(name = :name_{i} AND version = :version_{i})" for i in range(len(self.projections))
+        # rendered into the SQL: it runs in every append (on SQLite; PostgreSQL moves them with
+        # the heads' read). Each projection's version is matched by a CASE on its name, not an
+        # OR of (name = .. AND version = ..) pairs, which SQLite plans as a MULTI-INDEX OR: a
+        # primary-key search per projection, a set of their rowids, then each row fetched. A
+        # scan of the table's few rows costs half as much: raw sqlite3, 7 projections, 10.0
+        # against 19.3 us of CPU an append (tests/store/test_checkpoint_advance.py).
+        current = " ".join(
+            f"WHEN :name_{i} THEN version = :version_{i}" for i in range(len(self.projections))
         )
         literals: dict[str, str | int] = {}
         for i, (name, p) in enumerate(self.projections.items()):
@@ -46,7 +51,7 @@ class ProjectionSet:
         self._versions = tuple((name, p.version) for name, p in self.projections.items())
         self._advance = DriverSql(
             "UPDATE projection_state SET checkpoint = :new_head "
-            f"WHERE checkpoint = :previous_head AND ({current})",
+            f"WHERE checkpoint = :previous_head AND CASE name {current} ELSE false END",
             literals,
         )
         self._subscribers: dict[str, tuple[str, ...]] = {}
