@@ -18,7 +18,7 @@ from trm_store.event_types import register_event_type
 __all__ = ["NewEvent", "RecordedEvent", "recorded_event", "register_event_type"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class NewEvent:
     """An event to append. `event_id` makes a retried append exactly-once; None draws a UUID.
 
@@ -29,6 +29,21 @@ class NewEvent:
     data: Mapping[str, Any] | BaseModel
     meta: Mapping[str, Any] | None = None
     event_id: str | None = None
+
+    def __init__(
+        self,
+        type: str,
+        data: Mapping[str, Any] | BaseModel,
+        meta: Mapping[str, Any] | None = None,
+        event_id: str | None = None,
+    ) -> None:
+        # The generated __init__ of a frozen dataclass, at 0.6 of its cost (timeit: 220 against
+        # 357 ns), for every event appended: each field set through its slot's descriptor, as
+        # `object.__setattr__` does after looking it up (`_slot_setters`).
+        _set_type(self, type)
+        _set_data(self, data)
+        _set_meta(self, meta)
+        _set_event_id(self, event_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +61,17 @@ class RecordedEvent:
     recorded_at: datetime
 
 
+def _slot_setters(cls: type) -> list[Callable[[object, Any], None]]:
+    """The `__set__` of each of `cls`'s slot descriptors, in `__slots__` order: what a frozen
+    dataclass's generated `__init__` ends in, without its `object.__setattr__` lookups.
+    `tests/store/test_canaries.py` checks that the slots are the fields, in order, with their
+    defaults, and no `__post_init__`."""
+    return [getattr(cls, name).__set__ for name in cls.__slots__]  # type: ignore[attr-defined]
+
+
+_set_type, _set_data, _set_meta, _set_event_id = _slot_setters(NewEvent)
+
+
 def _recorded_event_constructor() -> Callable[..., RecordedEvent]:
     """`RecordedEvent(...)`, positional, at half its cost: for every event read or appended.
 
@@ -55,7 +81,7 @@ def _recorded_event_constructor() -> Callable[..., RecordedEvent]:
     them: ~6% of its instructions.
     """
     new = object.__new__
-    setters = [getattr(RecordedEvent, name).__set__ for name in RecordedEvent.__slots__]
+    setters = _slot_setters(RecordedEvent)
     position, event_id, stream_id, version, type_, schema_version, data, meta, at = setters
 
     def recorded_event(

@@ -12,6 +12,7 @@ and names what changed and the code that relies on it; nothing else may be the f
 | `json.encoder.encode_basestring_ascii`                 | `json_codec.dumps_json`               |
 | `json.scanner.make_scanner` (C, StopIteration)         | `json_codec.loads_json`               |
 | `RecordedEvent`'s slot descriptors, no `__post_init__` | `events.recorded_event`               |
+| `NewEvent`'s slot descriptors, no `__post_init__`      | `events.NewEvent.__init__`            |
 | `__pydantic_validator__`, `__pydantic_serializer__`    | `event_types.EventType.validate`      |
 | `sqlite3.Error.sqlite_errorcode`                       | `sqlite.SqliteBackend.translate`      |
 | `SQLiteDialect_pysqlite.do_begin`                      | `sqlite_dialect`: a `BEGIN` each time |
@@ -20,6 +21,7 @@ and names what changed and the code that relies on it; nothing else may be the f
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import json.encoder
 import json.scanner
@@ -37,7 +39,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from trm_store import json_codec, open_store
-from trm_store.events import RecordedEvent, recorded_event
+from trm_store.events import NewEvent, RecordedEvent, recorded_event
 from trm_store.sqlite_dialect import TransactionalSqliteDialect, register_dialect
 
 
@@ -185,3 +187,25 @@ def test_the_dialect_s_do_begin_runs_for_each_transaction(engine: Engine) -> Non
             "SQLAlchemy no longer calls the dialect's do_begin when a transaction begins: "
             "sqlite+trm reads would see no snapshot"
         )
+
+
+def test_new_event_s_init_sets_its_slots_as_the_generated_one_would() -> None:
+    """`NewEvent.__init__` is written by hand (through its slots' descriptors, for speed): it
+    must take the fields, in order, with their defaults, and set each of them."""
+    fields = dataclasses.fields(NewEvent)
+    assert list(NewEvent.__slots__) == [f.name for f in fields], (
+        "NewEvent's __slots__ are no longer its fields in order: its __init__ sets them through "
+        "their descriptors, in that order"
+    )
+    assert not hasattr(NewEvent, "__post_init__"), "NewEvent.__init__ would not call it"
+    parameters = list(inspect.signature(NewEvent).parameters.values())
+    empty = inspect.Parameter.empty
+    assert [(p.name, p.default) for p in parameters] == [
+        (f.name, empty if f.default is dataclasses.MISSING else f.default) for f in fields
+    ], "NewEvent.__init__'s parameters are no longer its fields with their defaults"
+    values = ("t", {"d": 1}, {"m": 2}, "e")
+    event = NewEvent(*values)
+    assert dataclasses.astuple(event) == values
+    assert dataclasses.replace(event, meta=None) == NewEvent("t", {"d": 1}, None, "e")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        event.type = "u"  # type: ignore[misc]
