@@ -7,6 +7,7 @@ busy timeout instead of failing with "database is locked" when they upgrade a re
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
@@ -38,6 +39,31 @@ _OURS_OR_EMPTY = (
 )
 """WAL is switched on for a trm store or an empty file only: a foreign database keeps its
 journal mode until `open_store(..., adopt_database=True)` has made it a trm store."""
+_WAL_RETRY_S = 0.002
+"""The pause before `_use_wal` tries the switch to WAL again."""
+
+
+def _use_wal(cursor: sqlite3.Cursor) -> None:
+    """Put the file in WAL mode (kept in the file: a no-op once done), waiting up to the busy
+    timeout for it.
+
+    The switch can be refused at once with SQLITE_BUSY, without SQLite's busy handler: seen
+    when processes open a new file together, each switching it (one of every 40-60 groups of
+    four opens failed with "database is locked" within milliseconds; tests/store/
+    test_sqlite_first_open.py). The switch waits for an exclusive lock taken under a read lock
+    of its own, a wait SQLite does not make while it holds a read transaction. A refused switch
+    is tried again until the busy timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if e.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+        time.sleep(_WAL_RETRY_S)
+
+
 _WRITING = "trm_writing"
 """Marks a writer connection (in its `info`) while its write transaction is open."""
 
@@ -180,7 +206,7 @@ class SqliteBackend:
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
             if writable and cursor.execute(_OURS_OR_EMPTY).fetchone()[0]:
-                cursor.execute("PRAGMA journal_mode=WAL")
+                _use_wal(cursor)
             cursor.execute(f"PRAGMA synchronous={synchronous}")
             cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             cursor.close()
