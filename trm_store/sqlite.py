@@ -50,9 +50,9 @@ def _use_wal(cursor: sqlite3.Cursor) -> None:
     The switch can be refused at once with SQLITE_BUSY, without SQLite's busy handler: seen
     when processes open a new file together, each switching it (one of every 40-60 groups of
     four opens failed with "database is locked" within milliseconds; tests/store/
-    test_sqlite_first_open.py). The switch waits for an exclusive lock taken under a read lock
-    of its own, a wait SQLite does not make while it holds a read transaction. A refused switch
-    is tried again until the busy timeout."""
+    test_sqlite_first_open.py). The switch asks for the write lock inside a read transaction
+    of its own, and SQLite does not wait there for a write lock that another connection holds
+    (the two could wait for each other). A refused switch is tried again until the timeout."""
     deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
     while True:
         try:
