@@ -59,8 +59,12 @@ def _use_wal(cursor: sqlite3.Cursor) -> None:
             cursor.execute("PRAGMA journal_mode=WAL")
             return
         except sqlite3.OperationalError as e:
-            if e.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if e.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or left_ms <= 0:
                 raise
+        # A try may itself wait in the busy handler: no longer than the time left (`_configure`
+        # sets the busy timeout again after the switch).
+        cursor.execute(f"PRAGMA busy_timeout={left_ms}")
         time.sleep(_WAL_RETRY_S)
 
 
