@@ -200,9 +200,12 @@ def test_new_event_s_init_sets_its_slots_as_the_generated_one_would() -> None:
     assert not hasattr(NewEvent, "__post_init__"), "NewEvent.__init__ would not call it"
     parameters = list(inspect.signature(NewEvent).parameters.values())
     empty = inspect.Parameter.empty
-    assert [(p.name, p.default) for p in parameters] == [
-        (f.name, empty if f.default is dataclasses.MISSING else f.default) for f in fields
-    ], "NewEvent.__init__'s parameters are no longer its fields with their defaults"
+    assert not any(f.kw_only for f in fields), "a keyword-only field: NewEvent.__init__ has none"
+    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert [(p.name, p.default, p.kind) for p in parameters] == [
+        (f.name, empty if f.default is dataclasses.MISSING else f.default, positional)
+        for f in fields
+    ], "NewEvent.__init__'s parameters are no longer its fields, in order, with their defaults"
     values = ("t", {"d": 1}, {"m": 2}, "e")
     event = NewEvent(*values)
     assert dataclasses.astuple(event) == values
