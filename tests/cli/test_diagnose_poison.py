@@ -97,6 +97,20 @@ def test_a_lone_surrogate_is_repaired_before_the_job_sees_it(
     assert diagnoses["q3"]["tier"] == "correct"
 
 
+@pytest.fixture
+def sigint_handled() -> Iterator[None]:
+    """SIGINT handled in this process for the test's length, so a child it starts gets it at its
+    default and its interpreter turns it into KeyboardInterrupt. pytest started in the background
+    by a non-interactive shell runs with SIGINT ignored, which a child inherits (a handler does
+    not survive exec, an ignored signal does): the child then never saw the test's Ctrl-C."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("sigint_handled")
 def test_ctrl_c_exits_130_with_one_line(store_url: str, tmp_path: Path) -> None:
     slow = TierServer(delay_s=30)
     stop = slow.run_in_thread()
