@@ -111,6 +111,17 @@ class Totals(Projection):
 TOTALS = {"test_totals": Totals()}
 
 
+class NamedTotals(Totals):
+    """`Totals` under another name, in tables of its own: a second (third...) projection."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
+        table = super().define(metadata, suffix)["totals"]
+        return {"totals": table.to_metadata(MetaData(), name=f"{self.name}{suffix}")}
+
+
 class TotalsV2(Totals):
     """The same read model at a new version with a new column, as after an upgrade."""
 

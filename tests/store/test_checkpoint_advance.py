@@ -10,25 +10,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from sqlalchemy import MetaData, Table, event, select, update
+from sqlalchemy import event, select, update
 
-from tests.store.helpers import TOTALS, Totals, added
+from tests.store.helpers import TOTALS, NamedTotals, added
 from trm_store import ConcurrencyError, open_store
 from trm_store.schema import PROJECTION_STATE
 
-
-class _Named(Totals):
-    """`Totals` under another name, with tables of its own."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
-        table = super().define(metadata, suffix)["totals"]
-        return {"totals": table.to_metadata(MetaData(), name=f"{self.name}{suffix}")}
-
-
-THREE = {**TOTALS, "test_other": _Named("test_other"), "test_third": _Named("test_third")}
+THREE = {**TOTALS, "test_other": NamedTotals("test_other"), "test_third": NamedTotals("test_third")}
 
 
 def _checkpoints(url: str) -> Mapping[str, tuple[int, int]]:
@@ -37,7 +25,7 @@ def _checkpoints(url: str) -> Mapping[str, tuple[int, int]]:
 
 
 def test_only_projections_at_their_version_and_at_the_head_move_on(store_url: str) -> None:
-    with open_store(store_url, projections={**THREE, "test_fourth": _Named("test_fourth")}):
+    with open_store(store_url, projections={**THREE, "test_fourth": NamedTotals("test_fourth")}):
         pass  # a projection that the code below does not have
     with open_store(store_url, projections=THREE) as store:
         store.append("a", [added(1)])

@@ -7,7 +7,15 @@ from collections.abc import Mapping, Sequence
 import pytest
 from sqlalchemy import Column, Connection, Integer, MetaData, Table, select, text, update
 
-from tests.store.helpers import TOTALS, Totals, TotalsV2, added, replayed_totals, totals
+from tests.store.helpers import (
+    TOTALS,
+    NamedTotals,
+    Totals,
+    TotalsV2,
+    added,
+    replayed_totals,
+    totals,
+)
 from trm_store import (
     Projection,
     ReadOnlyStoreError,
@@ -162,18 +170,10 @@ def test_a_projection_that_refuses_an_event_rolls_the_append_back(store_url: str
         assert totals(store) == {"a": (1, 1)}
 
 
-class _OtherTotals(Totals):
-    name = "test_other_totals"
-
-    def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
-        table = super().define(metadata, suffix)["totals"]
-        return {"totals": table.to_metadata(MetaData(), name=f"test_other_totals{suffix}")}
-
-
 def test_only_current_projections_advance_inline_and_the_lagging_one_catches_up(
     store_url: str,
 ) -> None:
-    both = {**TOTALS, "test_other_totals": _OtherTotals()}
+    both = {**TOTALS, "test_other_totals": NamedTotals("test_other_totals")}
     with open_store(store_url, projections=both) as store:
         store.append("a", [added(1)])
         with open_store(store_url, projections=TOTALS) as older:  # a process without it
