@@ -48,6 +48,8 @@ class QueuedAppend:
     prepared: Sequence[PreparedAppend]
     recorded: list[RecordedEvent] | None = None
     error: Exception | None = None
+    abandoned: bool = False
+    """Its caller was interrupted before it was decided: no writer takes it up again."""
 
     @property
     def decided(self) -> bool:
@@ -58,81 +60,105 @@ WriteGroup = Callable[[list[QueuedAppend]], None]
 """Writes a group and decides every append in it; only a BaseException that is no Exception
 (an interrupt) leaves some undecided."""
 
+_BACKSTOP_S = 0.1
+"""The longest a waiting caller sleeps before it looks again: the writer's `notify_all` is
+Python code, and an interrupt cut short inside it leaves some callers unwoken."""
+
 
 class AppendQueue:
-    """The appends of one store waiting to be written, and whether a thread is writing."""
+    """The appends of one store waiting to be written, and whether a thread is writing.
+
+    Interrupts (KeyboardInterrupt, or whatever a signal handler raises) land at a call of a
+    Python function or a blocking wait, anywhere here, so: the lock is an RLock, taken and let
+    go in C (a Lock's re-acquire at the end of `Condition.wait` can be interrupted, and `wait`
+    then raises without the lock: cpython#118433); `_writing` is set in the statement that
+    takes the group and cleared first thing after the write; one `try` covers everything from
+    queueing to the end of the write; waits look again after `_BACKSTOP_S`; and an append that
+    a double interrupt left neither queued nor decided, with no one writing, is queued again
+    by its own caller, as a retry. tests/store/test_group_commit_interrupts.py interrupts each
+    of these calls in turn.
+    """
 
     def __init__(self, write_group: WriteGroup) -> None:
         self._write_group = write_group
+        self._holders = threading.local()
+        """`depth`: how many of the queue's write sections this thread is inside; an append
+        made inside one (by a projection, a signal handler, or in `holding_writer`) goes alone."""
         self._fresh()
         _queues.add(self)
 
     def _fresh(self) -> None:
         """A new lock and an empty queue, no one writing (also in a forked child: its parent's
-        threads, one of which may have been writing at the fork, do not exist in it)."""
-        self._changed = threading.Condition(threading.Lock())
-        """Guards `_queued` and `_writing`; notified when a writer is done."""
+        threads, one of which may have been writing at the fork, do not exist in it; the
+        forking thread, the only one there, keeps its `_holders`)."""
+        self._lock = threading.RLock()
+        """Guards `_queued` and `_writing`. Taken with `with self._lock` (C, where
+        `Condition.__exit__` is Python and can be interrupted before it releases)."""
+        self._changed = threading.Condition(self._lock)
+        """Notified when a writer is done."""
         self._queued: list[QueuedAppend] = []
         self._writing = False
-        self._holders = threading.local()
 
     def append(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent]:
         """Write `prepared`, with whatever else is queued when no one is writing."""
         mine = QueuedAppend(prepared)
-        if getattr(self._holders, "depth", 0):
-            # This thread holds the store's write transaction (`holding_writer`), or is writing
-            # a group (a projection or a signal handler appending): the append goes alone, to
-            # the same immediate refusal as before (no nesting), and never waits for a writer
-            # that is this thread or that waits for this thread's transaction.
+        holders = self._holders
+        if getattr(holders, "depth", 0):
+            # This thread holds the store's write transaction (`holding_writer`), is writing a
+            # group (a projection appending), or is waiting here (a signal handler appending):
+            # the append goes alone, to the same immediate refusal as before if this thread is
+            # writing (no nesting), and never waits for this queue's lock or writer.
             self._write_group([mine])
         else:
-            group: list[QueuedAppend] = []
+            holders.depth = 1
             try:
-                with self._changed:
-                    self._queued.append(mine)
-                    try:
-                        while self._writing and not mine.decided:
-                            self._changed.wait()
-                    except BaseException:
-                        # Interrupted while it waited: an append still queued was written by
-                        # nobody, and must not be by the next writer, after its caller was told
-                        # it was interrupted.
-                        if mine in self._queued:
-                            self._queued.remove(mine)
-                        raise
-                    if not mine.decided:  # no one writing, `mine` still queued: write them all
-                        group, self._queued = self._queued, []
-                        self._writing = True
-                if group:
-                    self._write_queued(group, mine)
+                self._queue_and_write(mine)
             finally:
-                if group:  # this thread wrote: the next one may, and the decided ones return
-                    with self._changed:
-                        self._writing = False
-                        self._changed.notify_all()
+                holders.depth = 0
         if mine.error is not None:
             raise mine.error
         if mine.recorded is None:
             raise StoreError("an append was left undecided: nothing of it was written")
         return mine.recorded
 
-    def _write_queued(self, group: list[QueuedAppend], mine: QueuedAppend) -> None:
-        self._holders.depth = getattr(self._holders, "depth", 0) + 1
+    def _queue_and_write(self, mine: QueuedAppend) -> None:
+        """Queue `mine` and wait until it is decided or no one is writing; in that case write
+        every queued append, `mine` among them."""
+        lock, changed = self._lock, self._changed
+        group: list[QueuedAppend] = []
+        writing = False
         try:
-            self._write_group(group)
+            with lock:
+                self._queued.append(mine)
+                while self._writing and not mine.decided:
+                    changed.wait(_BACKSTOP_S)
+                if not mine.decided:
+                    if mine not in self._queued:  # taken by a writer, then lost: see the class
+                        mine.prepared = _as_retry(mine.prepared)
+                        self._queued.append(mine)
+                    group, self._queued = self._queued, []
+                    writing = self._writing = True  # no check for interrupts between the two
+            if writing:
+                self._write_group(group)
         except BaseException:
-            # Interrupted (the caller's KeyboardInterrupt): whether the group committed is
-            # unknown. The other callers' appends go back to the queue as retries, which the
-            # next writer either records or finds recorded (their ids were fixed when they were
-            # prepared: exactly-once). This caller's own append ends with its interrupt.
+            # Interrupted: `mine` ends with it and is never written later. Whether a group this
+            # thread was writing committed is unknown: its other appends go back to the queue
+            # as retries, which the next writer either records or finds recorded (their ids
+            # were fixed when they were prepared: exactly-once).
             undecided = [q for q in group if q is not mine and not q.decided]
             for queued in undecided:
-                queued.prepared = [replace(item, ids_given=True) for item in queued.prepared]
-            with self._changed:
-                self._queued[:0] = undecided
+                queued.prepared = _as_retry(queued.prepared)
+            with lock:
+                mine.abandoned = True
+                if mine in self._queued:
+                    self._queued.remove(mine)
+                self._queued[:0] = [q for q in undecided if not q.abandoned]
             raise
         finally:
-            self._holders.depth -= 1
+            if writing:
+                self._writing = False  # first: nothing that an interrupt can cut comes before
+                with lock:
+                    changed.notify_all()
 
     @contextmanager
     def holding_writer(self, transaction: AbstractContextManager[T]) -> Iterator[T]:
@@ -143,6 +169,11 @@ class AppendQueue:
                 yield held
         finally:
             self._holders.depth -= 1
+
+
+def _as_retry(prepared: Sequence[PreparedAppend]) -> list[PreparedAppend]:
+    """`prepared` marked as a possible retry: a write of it may have committed."""
+    return [replace(item, ids_given=True) for item in prepared]
 
 
 _queues: weakref.WeakSet[AppendQueue] = weakref.WeakSet()
