@@ -116,6 +116,7 @@ class AppendTransaction:
         except BaseException:
             self._writer_lock.release()
             raise
+        dbapi_connection = None
         try:
             if conn.closed:
                 raise StoreError("the store was closed while this write began: nothing written")
@@ -127,8 +128,14 @@ class AppendTransaction:
             execute(conn, _BEGIN_IMMEDIATE, {})
         except BaseException:
             info[_WRITING] = False
-            self._in_use.__exit__(None, None, None)
-            self._writer_lock.release()
+            try:
+                # An interrupt after `BEGIN IMMEDIATE` took SQLite's write lock: let it go with
+                # ours, or other writers wait out their busy timeout on this idle connection.
+                if dbapi_connection is not None:
+                    _rollback(conn, dbapi_connection)
+            finally:
+                self._in_use.__exit__(None, None, None)
+                self._writer_lock.release()
             raise
         return conn
 

@@ -13,9 +13,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import event
 
+import trm_store.sqlite
 from tests.store.helpers import ROOT, TOTALS, added, in_a_forked_child, totals
 from trm_store import Store, StoreError, open_store
 from trm_store.sqlite import SqliteBackend
@@ -299,3 +302,33 @@ def test_without_a_thread_to_wait_a_writer_waits_in_sqlite_s_busy_handler(
             threading.Timer(0.3, os.kill, (holder.pid, signal.SIGKILL)).start()
             store.append("s", [added(2)])
         assert totals(store) == {"s": (3, 2)}
+
+
+def test_an_interrupt_just_after_begin_immediate_leaves_no_transaction_open(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupt that lands once `BEGIN IMMEDIATE` has taken SQLite's write lock, before the
+    append's transaction is set up (here: from a statement listener, where a signal's handler
+    could run): the transaction is rolled back with the writer lock let go. Found by review:
+    the connection kept SQLite's lock, and another thread's append waited out the busy timeout
+    and failed."""
+    monkeypatch.setattr(trm_store.sqlite, "BUSY_TIMEOUT_MS", 2000)
+    with open_store(sqlite_url, projections=TOTALS) as store:
+        armed = [True]
+
+        def interrupt_after_begin(*args: Any) -> None:
+            if armed[0] and args[2] == "BEGIN IMMEDIATE":
+                armed[0] = False
+                raise KeyboardInterrupt
+
+        event.listen(store._backend.engine, "after_cursor_execute", interrupt_after_begin)
+        with pytest.raises(KeyboardInterrupt):
+            store.append("interrupted", [added(1)])
+        other: list[object] = []
+        thread = threading.Thread(
+            target=lambda: other.append(store.append("other", [added(2)])), daemon=True
+        )
+        thread.start()
+        thread.join(30)
+        assert other and isinstance(other[0], list), "the other thread's append failed"
+        assert [e.stream_id for e in store.read_all()] == ["other"]
