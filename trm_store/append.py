@@ -100,6 +100,8 @@ class Appender:
                     else:
                         queued.error = outcome
         for queued in alone:
+            if queued.abandoned:  # its caller was interrupted, and told so: never written after
+                continue
             try:
                 queued.recorded = self._write_alone(queued.prepared)
             except Exception as e:

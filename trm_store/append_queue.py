@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from _thread import LockType, allocate_lock
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
@@ -61,22 +62,24 @@ WriteGroup = Callable[[list[QueuedAppend]], None]
 (an interrupt) leaves some undecided."""
 
 _BACKSTOP_S = 0.1
-"""The longest a waiting caller sleeps before it looks again: the writer's `notify_all` is
-Python code, and an interrupt cut short inside it leaves some callers unwoken."""
+"""The longest a waiting caller sleeps before it looks again: an interrupt can cut the writer's
+wake-up loop short, leaving some callers unwoken."""
 
 
 class AppendQueue:
     """The appends of one store waiting to be written, and whether a thread is writing.
 
-    Interrupts (KeyboardInterrupt, or whatever a signal handler raises) land at a call of a
-    Python function or a blocking wait, anywhere here, so: the lock is an RLock, taken and let
-    go in C (a Lock's re-acquire at the end of `Condition.wait` can be interrupted, and `wait`
-    then raises without the lock: cpython#118433); `_writing` is set in the statement that
-    takes the group and cleared first thing after the write; one `try` covers everything from
-    queueing to the end of the write; waits look again after `_BACKSTOP_S`; and an append that
-    a double interrupt left neither queued nor decided, with no one writing, is queued again
-    by its own caller, as a retry. tests/store/test_group_commit_interrupts.py interrupts each
-    of these calls in turn.
+    Interrupts (KeyboardInterrupt, or whatever a signal handler raises) land where a Python
+    function starts, after a C call returns, at a loop's jump back, or in a blocking wait,
+    anywhere here, so: the lock is an RLock taken and let go in C by `with` (`Condition`'s own
+    `wait` can raise with its lock let go: cpython#118433, and its `_release_save` window);
+    a waiting caller holds nothing while it waits, on a lock of its own (a gate) that the
+    writer releases; `_writing` is set in the statement that takes the group and cleared first
+    thing after the write; one `try` covers everything from queueing to the end of the write;
+    an interrupted caller's append is marked abandoned first thing, and no writer takes one up;
+    waits look again after `_BACKSTOP_S`; and an append that a double interrupt left neither
+    queued nor decided, with no one writing, is queued again by its own caller, as a retry.
+    tests/store/test_group_commit_interrupts.py interrupts each of these places in turn.
     """
 
     def __init__(self, write_group: WriteGroup) -> None:
@@ -92,12 +95,11 @@ class AppendQueue:
         threads, one of which may have been writing at the fork, do not exist in it; the
         forking thread, the only one there, keeps its `_holders`)."""
         self._lock = threading.RLock()
-        """Guards `_queued` and `_writing`. Taken with `with self._lock` (C, where
-        `Condition.__exit__` is Python and can be interrupted before it releases)."""
-        self._changed = threading.Condition(self._lock)
-        """Notified when a writer is done."""
+        """Guards `_queued`, `_writing` and `_gates`."""
         self._queued: list[QueuedAppend] = []
         self._writing = False
+        self._gates: list[LockType] = []
+        """The waiting callers' gates, each taken by its caller: the writer releases them."""
 
     def append(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent]:
         """Write `prepared`, with whatever else is queued when no one is writing."""
@@ -106,8 +108,8 @@ class AppendQueue:
         if getattr(holders, "depth", 0):
             # This thread holds the store's write transaction (`holding_writer`), is writing a
             # group (a projection appending), or is waiting here (a signal handler appending):
-            # the append goes alone, to the same immediate refusal as before if this thread is
-            # writing (no nesting), and never waits for this queue's lock or writer.
+            # the append goes alone, never waiting for this queue: on SQLite it is refused at
+            # once if this thread is writing (no nesting), else waits for the writer lock.
             self._write_group([mine])
         else:
             holders.depth = 1
@@ -124,41 +126,50 @@ class AppendQueue:
     def _queue_and_write(self, mine: QueuedAppend) -> None:
         """Queue `mine` and wait until it is decided or no one is writing; in that case write
         every queued append, `mine` among them."""
-        lock, changed = self._lock, self._changed
+        lock = self._lock
         group: list[QueuedAppend] = []
         writing = False
         try:
             with lock:
                 self._queued.append(mine)
-                while self._writing and not mine.decided:
-                    changed.wait(_BACKSTOP_S)
-                if not mine.decided:
-                    if mine not in self._queued:  # taken by a writer, then lost: see the class
-                        mine.prepared = _as_retry(mine.prepared)
-                        self._queued.append(mine)
-                    group, self._queued = self._queued, []
-                    writing = self._writing = True  # no check for interrupts between the two
-            if writing:
-                self._write_group(group)
+            while True:
+                with lock:
+                    if mine.decided:
+                        return
+                    if not self._writing:
+                        if mine not in self._queued:  # taken by a writer, lost: see the class
+                            mine.prepared = _as_retry(mine.prepared)
+                            self._queued.append(mine)
+                        group = [q for q in self._queued if not q.abandoned]
+                        self._queued = []
+                        writing = self._writing = True  # no check for interrupts between
+                        break
+                    gate = allocate_lock()
+                    gate.acquire()
+                    self._gates.append(gate)
+                gate.acquire(True, _BACKSTOP_S)
+            self._write_group(group)
         except BaseException:
+            mine.abandoned = True  # first: nothing that checks for interrupts comes before
             # Interrupted: `mine` ends with it and is never written later. Whether a group this
             # thread was writing committed is unknown: its other appends go back to the queue
             # as retries, which the next writer either records or finds recorded (their ids
             # were fixed when they were prepared: exactly-once).
-            undecided = [q for q in group if q is not mine and not q.decided]
+            undecided = [q for q in group if not q.decided and not q.abandoned]
             for queued in undecided:
                 queued.prepared = _as_retry(queued.prepared)
             with lock:
-                mine.abandoned = True
                 if mine in self._queued:
                     self._queued.remove(mine)
-                self._queued[:0] = [q for q in undecided if not q.abandoned]
+                self._queued[:0] = undecided
             raise
         finally:
             if writing:
                 self._writing = False  # first: nothing that an interrupt can cut comes before
                 with lock:
-                    changed.notify_all()
+                    gates, self._gates = self._gates, []
+                for gate in gates:
+                    gate.release()
 
     @contextmanager
     def holding_writer(self, transaction: AbstractContextManager[T]) -> Iterator[T]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import Any
 from urllib.parse import quote
 
@@ -85,6 +85,14 @@ def _rollback(conn: Connection, dbapi_connection: DBAPIConnection) -> None:
         dbapi_connection.rollback()
 
 
+def _rollback_quietly(conn: Connection, dbapi_connection: DBAPIConnection) -> None:
+    """`_rollback` on the way out of a failed or interrupted transaction: a failure of its own
+    (a connection an interrupt closed) must not replace what is being raised, which the
+    caller's error handling (an interrupt not being an Exception) depends on."""
+    with suppress(Exception):
+        _rollback(conn, dbapi_connection)
+
+
 class AppendTransaction:
     """`BEGIN IMMEDIATE` ... `COMMIT`, both sent on the driver, on a writer connection, under the
     database's writer lock (`trm_store.sqlite_writer_lock`).
@@ -132,18 +140,25 @@ class AppendTransaction:
                 # An interrupt after `BEGIN IMMEDIATE` took SQLite's write lock: let it go with
                 # ours, or other writers wait out their busy timeout on this idle connection.
                 if dbapi_connection is not None:
-                    _rollback(conn, dbapi_connection)
+                    _rollback_quietly(conn, dbapi_connection)
             finally:
-                self._in_use.__exit__(None, None, None)
-                self._writer_lock.release()
+                self._let_go()
             raise
         return conn
+
+    def _let_go(self) -> None:
+        """The connection, then the writer lock: nested, so that an interrupt as the first is
+        let go still lets the second go."""
+        try:
+            self._in_use.__exit__(None, None, None)
+        finally:
+            self._writer_lock.release()
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
         conn, dbapi_connection = self._conn, self._dbapi_connection
         try:
             if kind is not None:
-                _rollback(conn, dbapi_connection)
+                _rollback_quietly(conn, dbapi_connection)
                 return
             try:
                 if conn.in_transaction():
@@ -151,12 +166,11 @@ class AppendTransaction:
                 elif dbapi_connection.in_transaction:
                     execute(conn, _COMMIT, {})
             except BaseException:
-                _rollback(conn, dbapi_connection)
+                _rollback_quietly(conn, dbapi_connection)
                 raise
         finally:
             self._info[_WRITING] = False
-            self._in_use.__exit__(None, None, None)
-            self._writer_lock.release()
+            self._let_go()
 
 
 class HeadsRead:

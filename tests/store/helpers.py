@@ -7,13 +7,15 @@ import gc
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Column, Connection, Integer, MetaData, String, Table, select
 
 from trm_store import NewEvent, Projection, RecordedEvent, register_event_type
+from trm_store.append_queue import AppendQueue
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -177,3 +179,20 @@ def replayed_totals(store: object) -> dict[str, tuple[int, int]]:
             total, count = result.get(event.stream_id, (0, 0))
             result[event.stream_id] = (total + event.data["amount"], count + 1)
     return result
+
+
+@contextmanager
+def writing_held(queue: AppendQueue) -> Iterator[None]:
+    """This thread in the place of the queue's writer: appends queue behind it until the block
+    ends, then go as one group, as behind a writer that just finished."""
+    with queue._lock:
+        assert not queue._writing
+        queue._writing = True
+    try:
+        yield
+    finally:
+        queue._writing = False
+        with queue._lock:
+            gates, queue._gates = queue._gates, []
+        for gate in gates:
+            gate.release()

@@ -16,15 +16,22 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
 from sqlalchemy import Connection, Table, event
 
 import trm_store.sqlite
-from tests.store.helpers import TOTALS, Totals, added, in_a_forked_child, replayed_totals, totals
+from tests.store.helpers import (
+    TOTALS,
+    Totals,
+    added,
+    in_a_forked_child,
+    replayed_totals,
+    totals,
+    writing_held,
+)
 from trm_store import (
     ConcurrencyError,
     EventIdConflictError,
@@ -33,7 +40,6 @@ from trm_store import (
     StoreError,
     open_store,
 )
-from trm_store.append_queue import AppendQueue
 
 LIMIT = 60.0
 """Seconds a thread may take to get where a test waits for it."""
@@ -75,21 +81,6 @@ def grouped(
         thread.join(LIMIT)
         assert not thread.is_alive()
     return [outcomes[n] for n in range(len(threads))]
-
-
-@contextmanager
-def writing_held(queue: AppendQueue) -> Iterator[None]:
-    """This thread in the place of the queue's writer: appends queue behind it until the block
-    ends, then go as one group, as behind a writer that just finished."""
-    with queue._lock:
-        assert not queue._writing
-        queue._writing = True
-    try:
-        yield
-    finally:
-        with queue._lock:
-            queue._writing = False
-            queue._changed.notify_all()
 
 
 def log_of(store: Store) -> list[RecordedEvent]:

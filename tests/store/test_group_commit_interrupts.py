@@ -12,6 +12,8 @@ function's "call" event) visits every place a signal can interrupt it, one run p
 from __future__ import annotations
 
 import ctypes
+import dis
+import linecache
 import os
 import signal
 import sys
@@ -25,13 +27,11 @@ import pytest
 from sqlalchemy import Connection, Table
 
 import trm_store.append_queue
-from tests.store.helpers import TOTALS, Totals, added, replayed_totals, totals
+from tests.store.helpers import TOTALS, Totals, added, replayed_totals, totals, writing_held
 from trm_store import RecordedEvent, Store, open_store
 
 LIMIT = 30.0
 """Seconds a thread may take to end (the queue's waits look again every 0.1 s)."""
-QUEUE_CODE = {trm_store.append_queue.__file__, threading.__file__}
-"""Where the calls that the tests interrupt are made from: the queue and its Condition."""
 
 
 class Interrupted(BaseException):
@@ -48,39 +48,74 @@ class Slowed(Totals):
         time.sleep(0.02)
 
 
-def _from_the_queue(frame: FrameType) -> bool:
-    """A call that the queue's code makes (from `append_queue`, or from the Condition's code
-    while the queue waits or notifies), not one inside the write itself."""
-    caller = frame.f_back
-    if caller is None or caller.f_code.co_filename not in QUEUE_CODE:
-        return False
-    while caller is not None:
-        if caller.f_code.co_filename == trm_store.append_queue.__file__:
-            return True
-        caller = caller.f_back
-    return False
+_QUEUE = trm_store.append_queue.__file__
+_CALLS = {dis.opmap["CALL"], dis.opmap["CALL_FUNCTION_EX"], dis.opmap["BEFORE_WITH"]}
+_WITH = dis.opmap["BEFORE_WITH"]
+_JUMP_BACK = dis.opmap["JUMP_BACKWARD"]
 
 
-class InterruptAtCall:
-    """A trace function that raises `Interrupted` at the start of the `at`-th call the queue
-    makes in this thread; `calls` counts them."""
+class InterruptAt:
+    """A trace function that raises `Interrupted` at the `at`-th place in this thread where
+    the queue's code can be interrupted, and again `then` places later if given (a second
+    Ctrl-C while the first is handled); `places` counts them.
 
-    def __init__(self, at: int) -> None:
+    The places, in `append_queue`'s frames: after each call returns, at each loop's jump back,
+    where each function the queue calls starts (the interpreter runs a signal's handler at
+    these), and before each wait for a lock (`with`, `acquire`: interrupted before it took the
+    lock)."""
+
+    def __init__(self, at: int, then: int | None = None) -> None:
         self.at = at
-        self.calls = 0
+        self._last = at if then is None else at + then
+        self.places = 0
+        self._called: set[int] = set()
+        """The frames whose last instruction was a call."""
 
-    def __call__(self, frame: FrameType, event: str, _arg: Any) -> None:
-        if event == "call" and _from_the_queue(frame):
-            self.calls += 1
-            if self.calls == self.at:
+    def _place(self, where: str) -> None:
+        self.places += 1
+        if self.places in (self.at, self._last):
+            if self.places == self._last:
                 sys.settrace(None)
-                raise Interrupted(f"at call {self.at}: {frame.f_code.co_qualname}")
+            raise Interrupted(f"at place {self.places}: {where}")
+
+    def __call__(self, frame: FrameType, event: str, _arg: Any) -> InterruptAt | None:
+        if event == "call":
+            caller = frame.f_back
+            if caller is not None and caller.f_code.co_filename == _QUEUE:
+                self._place(f"start of {frame.f_code.co_qualname}")
+            if frame.f_code.co_filename != _QUEUE:
+                return None
+            frame.f_trace_lines = False
+            frame.f_trace_opcodes = True
+            return self
+        if event == "exception":  # raised at the check after a call: that place is passed
+            self._called.discard(id(frame))
+        if event == "opcode":
+            op = frame.f_code.co_code[frame.f_lasti]
+            key = id(frame)
+            where = f"{frame.f_code.co_qualname}+{frame.f_lasti}"
+            if key in self._called:
+                self._called.discard(key)
+                self._place(f"after the call before {where}")
+            if op == _JUMP_BACK:
+                self._place(f"jump back at {where}")
+            elif op in _CALLS:
+                if op == _WITH or "acquire(" in linecache.getline(_QUEUE, frame.f_lineno):
+                    self._place(f"before the wait at {where}")
+                self._called.add(key)
+        return self
 
 
-def _in_thread(call: Callable[[], object], tracer: InterruptAtCall | None = None) -> Any:
-    """Run `call` in a thread (traced by `tracer`); a function that joins it and returns its
-    outcome (its result or the exception it raised)."""
+def _in_thread(
+    call: Callable[[], object],
+    tracer: InterruptAt | None = None,
+    then: Callable[[], object] | None = None,
+) -> Any:
+    """Run `call` in a thread (traced by `tracer`), then `then` if given; a function that joins
+    it and returns its outcome (the call's result or the exception it raised), with `then`'s
+    result as its `then` attribute."""
     outcome: list[object] = []
+    after: list[object] = []
 
     def run() -> None:
         if tracer is not None:
@@ -91,6 +126,8 @@ def _in_thread(call: Callable[[], object], tracer: InterruptAtCall | None = None
             outcome.append(e)
         finally:
             sys.settrace(None)
+        if then is not None:
+            after.append(then())
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -98,6 +135,7 @@ def _in_thread(call: Callable[[], object], tracer: InterruptAtCall | None = None
     def joined() -> object:
         thread.join(LIMIT)
         assert not thread.is_alive(), "an append never returned"
+        joined.then = after[0] if after else None  # type: ignore[attr-defined]
         return outcome[0]
 
     joined.thread = thread  # type: ignore[attr-defined]
@@ -114,8 +152,10 @@ def _wait_for(condition: Callable[[], bool], what: str) -> None:
 def _check_whole(store: Store) -> list[RecordedEvent]:
     """The queue idle, the store still writing, the log and the projection whole."""
     queue = store._appends
-    assert not queue._writing and not queue._queued
+    # A second interrupt may leave an abandoned append queued: the next writer drops it.
+    assert not queue._writing and all(q.abandoned for q in queue._queued)
     store.append("afterwards", [added(0)])
+    assert not queue._queued
     log = list(store.read_all())
     assert [e.position for e in log] == list(range(1, len(log) + 1))
     assert totals(store) == replayed_totals(store)
@@ -126,18 +166,18 @@ def _appending(store: Store, stream: str, amount: int) -> Callable[[], object]:
     return lambda: store.append(stream, [added(amount)])
 
 
-def _one_run(store: Store, run: str, tracer: InterruptAtCall, victim_first: bool) -> object:
+def _one_run(store: Store, run: str, tracer: InterruptAt, victim_first: bool) -> object:
     """V (traced by `tracer`) and two others append at once; V's outcome, once every thread
     ended, the others' appends returned and the store checked whole."""
     queue = store._appends
     if victim_first:
-        v = _in_thread(_appending(store, f"{run}-v", 1), tracer)
+        v = _in_thread(_appending(store, f"{run}-v", 1), tracer, time.monotonic)
         _wait_for(lambda: queue._writing or not v.thread.is_alive(), "V writing")
         others = [_in_thread(_appending(store, f"{run}-o{n}", n)) for n in (2, 3)]
     else:
         others = [_in_thread(_appending(store, f"{run}-o2", 2))]
         _wait_for(lambda: queue._writing, "the first writer writing")
-        v = _in_thread(_appending(store, f"{run}-v", 1), tracer)
+        v = _in_thread(_appending(store, f"{run}-v", 1), tracer, time.monotonic)
         others.append(_in_thread(_appending(store, f"{run}-o3", 3)))
     outcome = v()
     for other in others:
@@ -145,46 +185,109 @@ def _one_run(store: Store, run: str, tracer: InterruptAtCall, victim_first: bool
     streams = [e.stream_id for e in _check_whole(store)]
     assert [streams.count(f"{run}-o{n}") for n in (2, 3)] == [1, 1], run
     assert streams.count(f"{run}-v") <= 1, run
+    if isinstance(outcome, Interrupted) and f"{run}-v" in streams:
+        # Written by a write that began before V's caller got the interrupt, not after.
+        began = min(t for t, group in queue._write_group.groups if f"{run}-v" in group)
+        assert began < v.then, run
     return outcome
 
 
+class _GroupsSeen:
+    """The queue's `write_group`, noting when each write began and which streams it took."""
+
+    def __init__(self, write_group: Callable[[list[Any]], None]) -> None:
+        self._write_group = write_group
+        self.groups: list[tuple[float, set[str]]] = []
+
+    def __call__(self, group: list[Any]) -> None:
+        streams = {item.stream_id for queued in group for item in queued.prepared}
+        self.groups.append((time.monotonic(), streams))
+        self._write_group(group)
+
+
+@pytest.mark.parametrize("then", [None, 1, 2], ids=["once", "twice", "twice-apart"])
 @pytest.mark.parametrize("victim_first", [True, False], ids=["first", "behind-a-writer"])
-def test_an_interrupt_at_any_call_of_the_queue_leaves_every_other_append_written_once(
-    sqlite_url: str, victim_first: bool
+def test_an_interrupt_at_any_place_in_the_queue_leaves_every_other_append_written_once(
+    sqlite_url: str, victim_first: bool, then: int | None
 ) -> None:
     """Three threads append at once (each write 20 ms); one of them, V, is interrupted at its
-    1st, 2nd, ... call from the queue's code, one run each, until a run where V makes fewer
-    calls than that. V appends first (and writes, mostly), or while another thread writes
-    (and waits, then follows or writes the rest). Found by review: an interrupt as V took a
-    group lost it and left the queue marked as writing forever; one in `Condition.__exit__`
-    kept the queue's lock; one after the wait left V's append queued, to be written later."""
+    1st, 2nd, ... place (`InterruptAt`), one run each, until a run where V passes fewer places
+    than that; and again 1 or 2 places later (a second Ctrl-C). V appends first (and writes,
+    mostly), or while another thread writes (and waits, then follows or writes the rest).
+    Found by review: an interrupt as V took a group lost it and left the queue marked as
+    writing forever; one in `Condition.__exit__` kept the queue's lock; one after the wait,
+    or a second one as the first was handled, left V's append queued, to be written later."""
     with open_store(sqlite_url, projections={"test_totals": Slowed()}) as store:
-        for at in range(1, 80):
-            tracer = InterruptAtCall(at)
+        store._appends._write_group = _GroupsSeen(store._appends._write_group)
+        for at in range(1, 400):
+            tracer = InterruptAt(at, then)
             outcome = _one_run(store, f"r{at}", tracer, victim_first)
-            if tracer.calls < at:  # V made fewer calls than `at`: every place was visited
+            if tracer.places < at:  # V passed fewer places than `at`: each one was visited
                 assert isinstance(outcome, list), f"run {at}: {outcome!r}"
                 break
             assert isinstance(outcome, Interrupted), f"run {at}: {outcome!r}"
         else:
             pytest.fail("V kept making calls: the runs never reached the end of its append")
-        assert at > 5  # the runs did interrupt V at several places
+        assert at > 20  # the runs did interrupt V at many places
 
 
-class HeldThenInterrupted(Totals):
-    """The test projection: a write of stream "w" waits until `go` is set, then is
-    interrupted (as a Ctrl-C reaching the writing thread)."""
+class AgainWhenHandled(InterruptAt):
+    """Raises `Interrupted` at the first place after an exception reached the queue's code:
+    a second Ctrl-C while the first is being handled."""
 
     def __init__(self) -> None:
+        super().__init__(at=0)
+        self.seen: BaseException | None = None
+        self.again: str | None = None
+
+    def _place(self, where: str) -> None:
+        if self.seen is not None and self.again is None:
+            self.again = where
+            sys.settrace(None)
+            raise Interrupted(f"again, at {where}")
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> InterruptAt | None:
+        if event == "exception" and self.seen is None and frame.f_code.co_filename == _QUEUE:
+            self.seen = arg[1]
+        return super().__call__(frame, event, arg)
+
+
+def test_a_second_interrupt_as_the_first_is_handled_never_writes_the_append(
+    sqlite_url: str,
+) -> None:
+    """V waits behind a writer; an interrupt reaches it, and a second one lands at the first
+    place after, while the queue handles the first. V's append is never written. Found by
+    review: the second one, before V's append was marked abandoned and taken out of the
+    queue, left it there for the next writer."""
+    with open_store(sqlite_url, projections=TOTALS) as store:
+        queue = store._appends
+        tracer = AgainWhenHandled()
+        with writing_held(queue):
+            v = _in_thread(_appending(store, "v", 1), tracer)
+            _wait_for(lambda: len(queue._queued) == 1, "V queued")
+            time.sleep(0.05)  # V waiting
+            _interrupt(v.thread)
+            outcome = v()
+        assert isinstance(outcome, Interrupted) and tracer.again is not None, outcome
+        assert [e.stream_id for e in _check_whole(store)] == ["afterwards"]
+
+
+class HeldThenFailed(Totals):
+    """The test projection: the first write of stream "w" or "m" waits until `go` is set, then
+    fails with `error` (an interrupt reaching the writing thread, or an ordinary error)."""
+
+    def __init__(self, error: BaseException) -> None:
         self.writing, self.go = threading.Event(), threading.Event()
+        self.error: BaseException | None = error
 
     def apply(
         self, conn: Connection, tables: Mapping[str, Table], events: Sequence[RecordedEvent]
     ) -> None:
-        if any(e.stream_id in ("w", "m") for e in events):
+        if self.error is not None and any(e.stream_id in ("w", "m") for e in events):
             self.writing.set()
             assert self.go.wait(LIMIT)
-            raise Interrupted("the writer")
+            error, self.error = self.error, None
+            raise error
         super().apply(conn, tables, events)
 
 
@@ -196,16 +299,20 @@ def _interrupt(thread: threading.Thread) -> None:
     )
 
 
-def test_a_caller_interrupted_while_its_group_is_written_is_not_written_by_the_next_writer(
-    sqlite_url: str,
+@pytest.mark.parametrize(
+    "error", [Interrupted("the writer"), RuntimeError("a projection")], ids=["interrupt", "error"]
+)
+def test_a_caller_interrupted_while_its_group_is_written_is_not_written_after(
+    sqlite_url: str, error: BaseException
 ) -> None:
     """M's append is in the group W writes; M is interrupted while it waits; then W's write
-    is interrupted. W puts the group's other appends back, as retries, but not M's: its
-    caller was told it was interrupted. Found by review (the old queue did the same)."""
-    projection = HeldThenInterrupted()
+    fails. Interrupted: W puts the group's other appends back, as retries, but not M's, whose
+    caller was told it was interrupted. An ordinary error: `write_group` writes each append of
+    the group again alone, but not M's. Found by review (the old queue did the same)."""
+    projection = HeldThenFailed(error)
     with open_store(sqlite_url, projections={"test_totals": projection}) as store:
         queue = store._appends
-        with _writing_held(queue):
+        with writing_held(queue):
             w = _in_thread(lambda: store.append("w", [added(1)]))
             _wait_for(lambda: len(queue._queued) == 1, "W queued")
             m = _in_thread(lambda: store.append("m", [added(2)]))
@@ -215,35 +322,24 @@ def test_a_caller_interrupted_while_its_group_is_written_is_not_written_by_the_n
         _interrupt(waiter.thread)
         assert isinstance(waiter(), Interrupted)
         projection.go.set()
-        assert isinstance(writer(), Interrupted)
-        assert [e.stream_id for e in _check_whole(store)] == ["afterwards"]
+        written = writer()
+        streams = [e.stream_id for e in _check_whole(store)]
+        if isinstance(error, Interrupted):
+            assert isinstance(written, Interrupted)
+            assert streams == ["afterwards"]
+        else:  # the writer's own append, written again alone
+            assert isinstance(written, list)
+            assert streams == [written[0].stream_id, "afterwards"]
 
 
 def _writes(joined: Any) -> bool:
     """Whether the thread behind `joined` is the one inside the write (in the projection)."""
     frame = sys._current_frames().get(joined.thread.ident)
     while frame is not None:
-        if frame.f_code is HeldThenInterrupted.apply.__code__:
+        if frame.f_code is HeldThenFailed.apply.__code__:
             return True
         frame = frame.f_back
     return False
-
-
-class _writing_held:
-    """This thread in the place of the queue's writer until the block ends."""
-
-    def __init__(self, queue: trm_store.append_queue.AppendQueue) -> None:
-        self._queue = queue
-
-    def __enter__(self) -> None:
-        with self._queue._lock:
-            assert not self._queue._writing
-            self._queue._writing = True
-
-    def __exit__(self, *_: object) -> None:
-        with self._queue._lock:
-            self._queue._writing = False
-            self._queue._changed.notify_all()
 
 
 def test_a_signal_handler_that_appends_while_its_thread_waits_is_written_alone(
@@ -262,7 +358,7 @@ def test_a_signal_handler_that_appends_while_its_thread_waits_is_written_alone(
             from_handler.append(store.append("from-handler", [added(5)]))
 
         def writer() -> None:
-            with _writing_held(queue):
+            with writing_held(queue):
                 held.set()
                 deadline = time.monotonic() + 5
                 while not from_handler and time.monotonic() < deadline:
