@@ -47,12 +47,10 @@ def _use_wal(cursor: sqlite3.Cursor) -> None:
     """Put the file in WAL mode (kept in the file: a no-op once done), waiting up to the busy
     timeout for it.
 
-    The switch can be refused at once with SQLITE_BUSY, without SQLite's busy handler: seen
-    when processes open a new file together, each switching it (one of every 40-60 groups of
-    four opens failed with "database is locked" within milliseconds; tests/store/
-    test_sqlite_first_open.py). The switch asks for the write lock inside a read transaction
-    of its own, and SQLite does not wait there for a write lock that another connection holds
-    (the two could wait for each other). A refused switch is tried again until the timeout."""
+    The switch can be refused at once with SQLITE_BUSY, without SQLite's busy handler, when
+    processes open a new file together (tests/store/test_sqlite_first_open.py): it asks for the
+    write lock inside a read transaction, where SQLite does not wait for another connection's
+    write lock (the two could wait for each other). A refused switch is tried again."""
     deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
     while True:
         try:
@@ -86,9 +84,8 @@ def _rollback(conn: Connection, dbapi_connection: DBAPIConnection) -> None:
 
 
 def _rollback_quietly(conn: Connection, dbapi_connection: DBAPIConnection) -> None:
-    """`_rollback` on the way out of a failed or interrupted transaction: a failure of its own
-    (a connection an interrupt closed) must not replace what is being raised, which the
-    caller's error handling (an interrupt not being an Exception) depends on."""
+    """`_rollback` on the way out of a failed or interrupted transaction: its own failure (a
+    connection an interrupt closed) must not replace what is being raised."""
     with suppress(Exception):
         _rollback(conn, dbapi_connection)
 
@@ -137,8 +134,7 @@ class AppendTransaction:
         except BaseException:
             info[_WRITING] = False
             try:
-                # An interrupt after `BEGIN IMMEDIATE` took SQLite's write lock: let it go with
-                # ours, or other writers wait out their busy timeout on this idle connection.
+                # After `BEGIN IMMEDIATE`: else this idle connection keeps SQLite's write lock.
                 if dbapi_connection is not None:
                     _rollback_quietly(conn, dbapi_connection)
             finally:
@@ -147,8 +143,7 @@ class AppendTransaction:
         return conn
 
     def _let_go(self) -> None:
-        """The connection, then the writer lock: nested, so that an interrupt as the first is
-        let go still lets the second go."""
+        """The connection, then the writer lock, even if an interrupt lands in between."""
         try:
             self._in_use.__exit__(None, None, None)
         finally:
