@@ -166,10 +166,14 @@ class AppendQueue:
         finally:
             if writing:
                 self._writing = False  # first: nothing that an interrupt can cut comes before
-                with lock:
-                    gates, self._gates = self._gates, []
-                for gate in gates:
-                    gate.release()
+                self._wake_waiting()
+
+    def _wake_waiting(self) -> None:
+        """Release every waiting caller's gate (the writer is done: `_writing` is False)."""
+        with self._lock:
+            gates, self._gates = self._gates, []
+        for gate in gates:
+            gate.release()
 
     @contextmanager
     def holding_writer(self, transaction: AbstractContextManager[T]) -> Iterator[T]:

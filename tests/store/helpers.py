@@ -192,7 +192,4 @@ def writing_held(queue: AppendQueue) -> Iterator[None]:
         yield
     finally:
         queue._writing = False
-        with queue._lock:
-            gates, queue._gates = queue._gates, []
-        for gate in gates:
-            gate.release()
+        queue._wake_waiting()
