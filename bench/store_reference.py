@@ -124,7 +124,7 @@ SQL_WRITE = (
 PRAGMAS = ("journal_mode=WAL", "busy_timeout=60000")
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}")
 IN_LIST = re.compile(r"IN \(\?(?:, \?)*\)")
-INSERT_COLUMNS = re.compile(r"INSERT INTO events \(([^)]*)\) VALUES")
+INSERT_COLUMNS = re.compile(r"INSERT (?:OR ROLLBACK )?INTO events \(([^)]*)\) VALUES")
 
 
 def sql_time(at: datetime) -> str:

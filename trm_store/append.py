@@ -31,8 +31,10 @@ from trm_store.schema import EVENT_COLUMNS, EVENTS
 __all__ = ["INSERT_EVENTS", "Appender"]
 
 INSERT_EVENTS = RowsInsert("events", EVENT_COLUMNS)
-"""The event rows of an append, as tuples in `EVENT_COLUMNS` order (`trm_store.rows_insert`): JSON
-already serialised, `recorded_at` through its column type's `bind_processor`."""
+"""The event rows of an append, their values one after another in `EVENT_COLUMNS` order
+(`trm_store.rows_insert`): JSON already serialised, `recorded_at` through its column type's
+`bind_processor`."""
+_ROW_WIDTH = len(EVENT_COLUMNS)
 
 
 def _everyones(error: StoreError) -> bool:
@@ -172,7 +174,7 @@ class Appender:
         position = previous_head
         now = datetime.now(UTC)
         stored_now = now if self._stored_time is None else self._stored_time(now)
-        rows: list[tuple[Any, ...]] = []
+        rows: list[Any] = []  # the rows' values one after another, in column order
         recorded: list[RecordedEvent] = []
         outcomes: list[list[RecordedEvent] | ConcurrencyError] = []
         for prepared in appends:
@@ -187,20 +189,38 @@ class Appender:
                     for event in item.events:
                         position += 1
                         current += 1
-                        # What the row and the recorded event share, in column order.
-                        head = (
-                            position,
+                        event_id, type_, schema_version = (
                             event.event_id,
-                            stream_id,
-                            current,
                             event.type,
                             event.schema_version,
                         )
-                        rows.append((*head, event.data_json, event.meta_json, stored_now))
-                        recorded.append(recorded_event(*head, event.data, event.meta, now))
+                        rows += (
+                            position,
+                            event_id,
+                            stream_id,
+                            current,
+                            type_,
+                            schema_version,
+                            event.data_json,
+                            event.meta_json,
+                            stored_now,
+                        )
+                        recorded.append(
+                            recorded_event(
+                                position,
+                                event_id,
+                                stream_id,
+                                current,
+                                type_,
+                                schema_version,
+                                event.data,
+                                event.meta,
+                                now,
+                            )
+                        )
                     moved[stream_id] = current
             except ConcurrencyError as refused:  # this append writes nothing; the others go on
-                del rows[first:], recorded[first:]
+                del rows[first * _ROW_WIDTH :], recorded[first:]
                 position = previous_head + first
                 outcomes.append(refused)
                 continue

@@ -8,7 +8,6 @@ SQLAlchemy too: `copy_rows`).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from itertools import chain
 from typing import Any
 
 from sqlalchemy import Connection
@@ -34,6 +33,14 @@ _PLACEHOLDERS = {"qmark": "?", "pyformat": "%s"}
 qmark; psycopg: pyformat, which takes `%s` with a sequence of values as well)."""
 
 
+_INSERT_VERB = {"sqlite": "INSERT OR ROLLBACK"}
+"""SQLite: a conflict ends the whole transaction at once, which is what an append does anyway
+(all of it or nothing). With a plain INSERT (ABORT), SQLite must be able to undo one statement
+of a transaction: each multi-row statement after BEGIN copies every page it touches to a
+statement journal first, spilled to a temporary file past 64 KiB (strace of `writers_bench.py`'s
+100-event appends: 11 such pages written an append, a file made and unlinked every fourth)."""
+
+
 COPY_MIN_ROWS = 16
 """From how many rows `insert_rows` sends them as `COPY` on PostgreSQL. `executemany` costs
 psycopg ~12 us of client CPU a row, `COPY` ~5 (psycopg formats the rows in C), but one more
@@ -49,7 +56,7 @@ _AS_COPY = {COPY_ROWS: True}
 
 
 class RowsInsert:
-    """An INSERT of many rows into one table, each row a tuple in `columns` order.
+    """An INSERT of many rows into one table, in `columns` order (`insert_rows`).
 
     On SQLite (the fast path) the rows go as multi-row `VALUES` statements: one driver call, one
     bind of every parameter in C, one release of the GIL for up to `ROWS_PER_STATEMENT` rows,
@@ -58,20 +65,20 @@ class RowsInsert:
     by the driver's statement cache. Measured (`bench/writers_instructions.py`: 50-event
     appends at `full`): 143k instructions per appended event with `executemany` and dict rows,
     127-129k with this. What `before_cursor_execute` listeners see on SQLite changes with it:
-    one statement of several rows, its parameters one flat sequence (not `executemany`'s rows).
+    one statement of several rows, its parameters one flat list (not `executemany`'s rows).
 
     On PostgreSQL fewer than `COPY_MIN_ROWS` rows go as one `executemany` through SQLAlchemy
     (psycopg pipelines it: one round trip), more as one `COPY ... FROM STDIN` (`copy_sql`,
     sent by `copy_rows`).
     """
 
-    __slots__ = ("_columns", "_sql", "copy_sql", "table")
+    __slots__ = ("_sql", "columns", "copy_sql", "table")
 
     def __init__(self, table: str, columns: Sequence[str]) -> None:
         self.table = table
-        self._columns = tuple(columns)
+        self.columns = tuple(columns)
         self._sql: dict[tuple[str, int], str] = {}
-        self.copy_sql = f"COPY {table} ({', '.join(self._columns)}) FROM STDIN"
+        self.copy_sql = f"COPY {table} ({', '.join(self.columns)}) FROM STDIN"
 
     def sql(self, dialect: Dialect, rows: int) -> str:
         """The statement that inserts `rows` rows (1 for `executemany`) in `dialect`'s style;
@@ -82,36 +89,42 @@ class RowsInsert:
             mark = _PLACEHOLDERS.get(dialect.paramstyle)
             if mark is None:
                 raise NotImplementedError(f"no positional placeholder for {dialect.paramstyle}")
-            row = f"({', '.join([mark] * len(self._columns))})"
+            row = f"({', '.join([mark] * len(self.columns))})"
+            verb = _INSERT_VERB.get(dialect.name, "INSERT")
             found = self._sql[key] = (
-                f"INSERT INTO {self.table} ({', '.join(self._columns)}) VALUES "
+                f"{verb} INTO {self.table} ({', '.join(self.columns)}) VALUES "
                 + ", ".join([row] * rows)
             )
         return found
 
     def __repr__(self) -> str:
-        return f"RowsInsert({self.table!r}, {self._columns!r})"
+        return f"RowsInsert({self.table!r}, {self.columns!r})"
 
 
-def insert_rows(conn: Connection, insert: RowsInsert, rows: Sequence[tuple[Any, ...]]) -> None:
-    """Insert `rows` (tuples in the statement's column order; none: nothing is sent) in the
-    connection's transaction."""
-    if not rows:
+def insert_rows(conn: Connection, insert: RowsInsert, values: list[Any]) -> None:
+    """Insert the rows whose values `values` holds one after another, each row in the
+    statement's column order (none: nothing is sent), in the connection's transaction.
+
+    Flat, not a tuple a row: on SQLite each statement's parameters are a slice of it, and an
+    append's rows are not one more object an event for the garbage collector to count (with
+    several threads appending, the queued appends' objects set off its collections).
+    """
+    if not values:
         return
     dialect = conn.dialect
+    width = len(insert.columns)
     if not on_cursor(dialect):
+        rows = list(zip(*[iter(values)] * width, strict=True))
         if len(rows) >= COPY_MIN_ROWS and dialect.driver == "psycopg":
-            conn.exec_driver_sql(insert.copy_sql, list(rows), execution_options=_AS_COPY)
+            conn.exec_driver_sql(insert.copy_sql, rows, execution_options=_AS_COPY)
         else:
-            conn.exec_driver_sql(insert.sql(dialect, 1), list(rows))
+            conn.exec_driver_sql(insert.sql(dialect, 1), rows)
         return
     start = 0
-    for size in row_chunks(len(rows)):
-        values = (  # one row (every single-event append) as it is; more flattened in C
-            rows[start] if size == 1 else list(chain.from_iterable(rows[start : start + size]))
-        )
-        send(conn, insert.sql(dialect, size), values, many=False).close()
-        start += size
+    for size in row_chunks(len(values) // width):
+        end = start + size * width
+        send(conn, insert.sql(dialect, size), values[start:end], many=False).close()
+        start = end
 
 
 def copy_rows(

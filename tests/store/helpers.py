@@ -112,6 +112,10 @@ class Totals(Projection):
 
 TOTALS = {"test_totals": Totals()}
 
+EVENT_INSERTS = ("INSERT INTO events ", "INSERT OR ROLLBACK INTO events ")
+"""How the statement that inserts an append's events starts: OR ROLLBACK on SQLite
+(`trm_store.rows_insert`), plain on PostgreSQL."""
+
 
 class NamedTotals(Totals):
     """`Totals` under another name, in tables of its own: a second (third...) projection."""

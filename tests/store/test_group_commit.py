@@ -24,6 +24,7 @@ from sqlalchemy import Connection, Table, event
 
 import trm_store.sqlite
 from tests.store.helpers import (
+    EVENT_INSERTS,
     TOTALS,
     Totals,
     added,
@@ -102,7 +103,7 @@ def assert_log_is_whole(store: Store) -> None:
 
 
 def test_queued_appends_share_one_transaction_and_each_is_refused_alone(store: Store) -> None:
-    inserts = Statements(store, "INSERT INTO events")
+    inserts = Statements(store, EVENT_INSERTS)
     outcomes = grouped(
         store,
         lambda: store.append("warm", [added(1)]),
@@ -133,7 +134,7 @@ def test_queued_appends_share_one_transaction_and_each_is_refused_alone(store: S
 def test_a_refused_id_in_a_group_leaves_every_other_append_its_own_outcome(store: Store) -> None:
     (taken,) = store.append("owner", [added(1)])
     retry = [added(1, event_id=taken.event_id)]
-    inserts = Statements(store, "INSERT INTO events")
+    inserts = Statements(store, EVENT_INSERTS)
     outcomes = grouped(
         store,
         lambda: store.append("warm", [added(2)]),
@@ -318,7 +319,7 @@ def test_a_database_error_of_the_group_s_transaction_reaches_every_append_at_onc
     monkeypatch.setattr(trm_store.sqlite, "BUSY_TIMEOUT_MS", 300)
     with open_store(sqlite_url, projections=TOTALS) as store:
         store.append("warm", [added(1)])
-        begins = Statements(store, "BEGIN IMMEDIATE")
+        begins = Statements(store, ("BEGIN IMMEDIATE",))
         other = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
         outcomes: dict[int, object] = {}
         threads = [
@@ -349,15 +350,15 @@ def test_a_database_error_of_the_group_s_transaction_reaches_every_append_at_onc
 
 
 class Statements:
-    """Counts the statements the store sends that start with `prefix`."""
+    """Counts the statements the store sends that start with one of `prefixes`."""
 
-    def __init__(self, store: Store, prefix: str) -> None:
+    def __init__(self, store: Store, prefixes: tuple[str, ...]) -> None:
         self.count = 0
-        self._prefix = prefix
+        self._prefixes = prefixes
         event.listen(store._backend.engine, "before_cursor_execute", self._seen)
 
     def _seen(self, *args: Any) -> None:
-        if args[2].lstrip().startswith(self._prefix):
+        if args[2].lstrip().startswith(self._prefixes):
             self.count += 1
 
 

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event
 
-from tests.store.helpers import TOTALS, added, totals
+from tests.store.helpers import EVENT_INSERTS, TOTALS, added, totals
 from trm_store import EventIdConflictError, NewEvent, Store, open_store
-from trm_store.rows_insert import COPY_MIN_ROWS, ROWS_PER_STATEMENT
+from trm_store.rows_insert import COPY_MIN_ROWS, ROWS_PER_STATEMENT, row_chunks
 
 SIZES = [1, 2, 3, 15, 16, 17, 63, 64, 65, 127, 128, 129, 200, 1000]
 """Appends across every chunk boundary and `COPY_MIN_ROWS`, and one of 1,000 events (15 statements
@@ -34,7 +34,7 @@ def _inserts(store: Store) -> list[tuple[str, Any, bool]]:
 
     @event.listens_for(store._backend.engine, "before_cursor_execute")
     def _seen(_conn: Any, _cursor: Any, sql: str, params: Any, _ctx: Any, many: bool) -> None:
-        if sql.startswith(("INSERT INTO events ", "COPY events ")):
+        if sql.startswith((*EVENT_INSERTS, "COPY events ")):
             sent.append((sql, params, many))
 
     return sent
@@ -140,3 +140,17 @@ def test_event_rows_bind_values_of_exact_builtin_types(sqlite_url: str) -> None:
         assert store.read_stream("s") == recorded
     [(_sql, params, _many)] = sent
     assert {type(value) for value in params} == {int, str}
+
+
+def test_sqlite_event_inserts_need_no_statement_journal(sqlite_url: str) -> None:
+    """A plain INSERT can fail on its 50th row after 49 went in, so SQLite copies every page a
+    multi-row statement touches to a statement journal first, to take back that statement
+    alone (a temporary file past 64 KiB). An append is all or nothing: OR ROLLBACK ends the
+    whole transaction on a conflict instead, and SQLite keeps no statement journal for it.
+    What a conflict leaves is in the test above."""
+    with open_store(sqlite_url, projections=TOTALS) as store:
+        sent = _inserts(store)
+        store.append("s", [added(k) for k in range(100)])
+    assert [sql.split(" (")[0] for sql, _params, _many in sent] == [
+        "INSERT OR ROLLBACK INTO events"
+    ] * len(list(row_chunks(100)))

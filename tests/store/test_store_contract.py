@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, SerializeAsAny
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.exc import DBAPIError
 
-from tests.store.helpers import TOTALS, added, replayed_totals, totals
+from tests.store.helpers import EVENT_INSERTS, TOTALS, added, replayed_totals, totals
 from trm_store import (
     ConcurrencyError,
     EventIdConflictError,
@@ -386,7 +386,7 @@ def test_cursor_listeners_on_the_store_engine_see_every_statement_of_an_append(
     finally:
         event.remove(engine, "before_cursor_execute", before)
         event.remove(engine, "after_cursor_execute", after)
-    inserts = [w for w, sql in seen if sql.startswith("INSERT INTO events")]
+    inserts = [w for w, sql in seen if sql.startswith(EVENT_INSERTS)]
     assert inserts == ["before", "after"]
     assert [w for w, _ in seen] == ["before", "after"] * (len(seen) // 2)
 
