@@ -94,7 +94,7 @@ if TYPE_CHECKING:
         RecordedEvent,
         register_event_type,
     )
-    from trm_store.prepare import (
+    from trm_store.prepared import (
         PreparedEvent,
     )
     from trm_store.projections import (
@@ -126,7 +126,7 @@ _EXPORTS: dict[str, str] = {
     "ManifestExportError": "trm_store.domain.errors",
     "LLMSourceStats": "trm_store.domain.llm_calls.stats",
     "NewEvent": "trm_store.events",
-    "PreparedEvent": "trm_store.prepare",
+    "PreparedEvent": "trm_store.prepared",
     "Projection": "trm_store.projections",
     "ForeignDatabaseError": "trm_store.errors",
     "ReadOnlyStoreError": "trm_store.errors",

@@ -23,7 +23,7 @@ from trm_store.errors import ConcurrencyError, EventValidationError, StoreError
 from trm_store.event_reuse import duplicate_id, event_ids, retried
 from trm_store.events import RecordedEvent, recorded_event
 from trm_store.log import events_by_id, stream_heads
-from trm_store.prepare import PreparedAppend
+from trm_store.prepared import PreparedAppend
 from trm_store.projection_runner import ProjectionSet
 from trm_store.rows_insert import RowsInsert, insert_rows
 from trm_store.schema import EVENT_COLUMNS, EVENTS
@@ -134,7 +134,7 @@ class Appender:
     ) -> list[list[RecordedEvent] | ConcurrencyError]:
         """`appends` in one transaction; each one's recorded events, or the ConcurrencyError
         that refused it (and wrote none of it)."""
-        events = sum(len(item.events) for prepared in appends for item in prepared)
+        events = sum(len(item.event_ids) for prepared in appends for item in prepared)
         advance = self._projections.advance(events)
         try:
             with self._backend.append_transaction(appends[0][0].stream_id, advance) as started:
@@ -186,36 +186,23 @@ class Appender:
                     current = moved.get(stream_id, versions[stream_id])
                     if item.expected_version is not None and item.expected_version != current:
                         raise ConcurrencyError(stream_id, item.expected_version, current)
-                    for event in item.events:
+                    for event_id, type_, sv, data, data_json, meta, meta_json in item.columns():
                         position += 1
                         current += 1
-                        event_id, type_, schema_version = (
-                            event.event_id,
-                            event.type,
-                            event.schema_version,
-                        )
                         rows += (
                             position,
                             event_id,
                             stream_id,
                             current,
                             type_,
-                            schema_version,
-                            event.data_json,
-                            event.meta_json,
+                            sv,
+                            data_json,
+                            meta_json,
                             stored_now,
                         )
                         recorded.append(
                             recorded_event(
-                                position,
-                                event_id,
-                                stream_id,
-                                current,
-                                type_,
-                                schema_version,
-                                event.data,
-                                event.meta,
-                                now,
+                                position, event_id, stream_id, current, type_, sv, data, meta, now
                             )
                         )
                     moved[stream_id] = current

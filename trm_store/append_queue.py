@@ -35,7 +35,7 @@ from typing import TypeVar
 
 from trm_store.errors import StoreError
 from trm_store.events import RecordedEvent
-from trm_store.prepare import PreparedAppend
+from trm_store.prepared import PreparedAppend
 
 __all__ = ["AppendQueue", "QueuedAppend"]
 

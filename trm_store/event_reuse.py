@@ -20,26 +20,27 @@ from typing import Any
 from trm_store.errors import EventIdConflictError
 from trm_store.events import RecordedEvent
 from trm_store.json_codec import loads_json, same_json
-from trm_store.prepare import ORIGIN_KEYS, PreparedAppend, PreparedEvent
+from trm_store.prepare import ORIGIN_KEYS
+from trm_store.prepared import PreparedAppend, PreparedEvent
 
 __all__ = ["duplicate_id", "event_ids", "retried"]
 
 
 def event_ids(prepared: Sequence[PreparedAppend]) -> list[str]:
     """Every event id of the append, in order."""
-    return [event.event_id for item in prepared for event in item.events]
+    return [event_id for item in prepared for event_id in item.event_ids]
 
 
 def duplicate_id(prepared: Sequence[PreparedAppend]) -> str | None:
     """A message naming an event id the append itself uses twice, else None."""
     seen: dict[str, str] = {}
     for item in prepared:
-        for n, event in enumerate(item.events, 1):
+        for n, event_id in enumerate(item.event_ids, 1):
             where = f"event {n} of stream {item.stream_id!r}"
-            first = seen.setdefault(event.event_id, where)
+            first = seen.setdefault(event_id, where)
             if first is not where:
                 return (
-                    f"event_id {event.event_id} appears twice in one append ({first} and "
+                    f"event_id {event_id} appears twice in one append ({first} and "
                     f"{where}): each event needs its own id; nothing was written"
                 )
     return None
@@ -56,7 +57,7 @@ def retried(
     if not recorded:
         return None
     for item in prepared:
-        for event in item.events:
+        for event in item.events():
             stored = recorded.get(event.event_id)
             if stored is None:
                 continue

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from trm_store.errors import EventValidationError
@@ -13,6 +12,7 @@ from trm_store.event_ids import check_event_id, new_event_id, new_event_ids
 from trm_store.event_types import event_type
 from trm_store.events import NewEvent
 from trm_store.json_codec import dumps_json
+from trm_store.prepared import PreparedAppend, PreparedEvent
 from trm_store.vocabulary import ID_MAX, count_problem, id_problem, text_problem
 
 __all__ = [
@@ -20,8 +20,6 @@ __all__ = [
     "STREAM_ID_MAX",
     "AppendItem",
     "AppendPreparer",
-    "PreparedAppend",
-    "PreparedEvent",
     "check_items",
     "origin",
     "prepared_append",
@@ -40,35 +38,6 @@ says, so a retry from another process resends the same event (`trm_store.event_r
 def origin() -> dict[str, Any]:
     """This process's origin (host, pid), for `AppendPreparer`."""
     return {"host": socket.gethostname(), "pid": os.getpid()}
-
-
-@dataclass(slots=True)
-class PreparedEvent:
-    """One validated event, with its id fixed and its JSON serialised once for the insert.
-
-    Made by `Store.prepare`, written by `Store.append_prepared`; treat it as opaque.
-
-    Not frozen: a frozen dataclass costs ~1 us more to build, on every event of every append.
-    """
-
-    event_id: str
-    type: str
-    schema_version: int
-    data: dict[str, Any]
-    data_json: str
-    meta: dict[str, Any]
-    meta_json: str
-
-
-@dataclass(slots=True)
-class PreparedAppend:
-    """One stream's part of an append, validated (not frozen, as `PreparedEvent`)."""
-
-    stream_id: str
-    expected_version: int | None
-    events: list[PreparedEvent]
-    ids_given: bool
-    """True when the caller chose any of the event ids (a possible retry)."""
 
 
 def check_items(items: Sequence[AppendItem]) -> Sequence[AppendItem]:
@@ -101,23 +70,57 @@ class AppendPreparer:
             raise EventValidationError(
                 f"stream {stream_id!r}: events must be a non-empty list of NewEvent"
             )
-        prepared = []
-        ids_given = False
         together = _validated_together(events)
-        if together is None:  # one event (most appends), or each validated alone
-            for new in events:
-                prepared.append(self.event(new, stream_id))
-                ids_given = ids_given or new.event_id is not None
-        else:
+        if together is not None:
             schema_version, normals = together
-            # The append's ids drawn at once, unless the caller chose any (a retry, most likely).
+            usual = self._usual(stream_id, expected_version, events, schema_version, normals)
+            if usual is not None:
+                return usual
+            # The caller chose ids (a retry, most likely) or meta: each event is looked at.
             ids_given = any(new.event_id is not None for new in events)
             fresh = [None] * len(events) if ids_given else new_event_ids(len(events))
             prepared = [
                 self._validated(new, schema_version, normal, fresh_id)
                 for new, normal, fresh_id in zip(events, normals, fresh, strict=True)
             ]
-        return PreparedAppend(stream_id, expected_version, prepared, ids_given)
+            return PreparedAppend.of(stream_id, expected_version, prepared, ids_given)
+        # One event (most appends), or each validated alone.
+        prepared = [self.event(new, stream_id) for new in events]
+        ids_given = any(new.event_id is not None for new in events)
+        return PreparedAppend.of(stream_id, expected_version, prepared, ids_given)
+
+    def _usual(
+        self,
+        stream_id: str,
+        expected_version: int | None,
+        events: Sequence[NewEvent],
+        schema_version: int,
+        normals: list[dict[str, Any]],
+    ) -> PreparedAppend | None:
+        """The append of `events` (of one type, validated together: their normal forms
+        `normals`) when none has an id or meta of its own, which is what most appends of many
+        events are: their ids drawn at once, their meta the origin, their JSON serialised in one
+        loop. None otherwise, or when any data is not JSON (`_validated` then says which)."""
+        for new in events:
+            if new.event_id is not None or new.meta is not None:
+                return None
+        try:
+            data_jsons = [dumps_json(normal, what="data") for normal in normals]
+        except EventValidationError:
+            return None
+        count = len(events)
+        return PreparedAppend(
+            stream_id,
+            expected_version,
+            new_event_ids(count),
+            [events[0].type] * count,
+            [schema_version] * count,
+            normals,
+            data_jsons,
+            [self._origin] * count,
+            [self._origin_json] * count,
+            ids_given=False,
+        )
 
     def event(self, new: NewEvent, stream_id: str | None = None) -> PreparedEvent:
         """Validate one event completely and fix its id (drawn now, when it has none)."""
@@ -190,7 +193,7 @@ def prepared_append(
                 f"stream {stream_id!r}: expected a PreparedEvent (from Store.prepare), got "
                 f"{type(event).__name__}"
             )
-    return PreparedAppend(stream_id, expected_version, list(events), ids_given=True)
+    return PreparedAppend.of(stream_id, expected_version, events, ids_given=True)
 
 
 def _check_target(stream_id: object, expected_version: object) -> None:

@@ -24,11 +24,11 @@ from trm_store.log import head, read_batches, stream_events, stream_head
 from trm_store.prepare import (
     AppendItem,
     AppendPreparer,
-    PreparedEvent,
     check_items,
     origin,
     prepared_append,
 )
+from trm_store.prepared import PreparedEvent
 from trm_store.projection_rebuild import rebuild, verify
 from trm_store.projection_runner import Progress, ProjectionSet, requested, require_known
 from trm_store.projection_state import ProjectionStatus, statuses

@@ -21,7 +21,8 @@ from pydantic import BaseModel, Field, field_validator
 
 from trm_store import EventValidationError, NewEvent, register_event_type
 from trm_store.event_types import event_type
-from trm_store.prepare import AppendPreparer, PreparedEvent
+from trm_store.prepare import AppendPreparer
+from trm_store.prepared import PreparedEvent
 
 
 class Inner(BaseModel):
@@ -109,7 +110,7 @@ def test_validating_together_gives_what_validating_alone_gives(
             preparer(("s", events, None))
         assert str(got.value) == str(e)
         return
-    prepared = preparer(("s", events, None)).events
+    prepared = preparer(("s", events, None)).events()
     assert len(prepared) == len(expected)
     assert all(_same(a, b) for a, b in zip(prepared, expected, strict=True))
 
@@ -133,7 +134,7 @@ def test_mixed_types_and_model_instances_are_validated_one_by_one() -> None:
         NewEvent(RICH, Rich(name="b")),  # an instance: validated already
         NewEvent(RICH, {"name": "c", "inner": {"score": 1}}),
     ]
-    prepared = preparer(("s", events, None)).events
+    prepared = preparer(("s", events, None)).events()
     assert [e.data["name"] for e in prepared] == ["A", "B", "C"]
     assert prepared[2].data["inner"] == {"score": 1.0, "tags": []}
     with pytest.raises(EventValidationError, match="unknown event type"):

@@ -49,7 +49,7 @@ from trm_store.domain.runs import (
 )
 from trm_store.errors import ConcurrencyError, EventValidationError
 from trm_store.events import NewEvent
-from trm_store.prepare import PreparedEvent
+from trm_store.prepared import PreparedEvent
 from trm_store.vocabulary import outcome_problem
 
 if TYPE_CHECKING:
