@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from itertools import repeat
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from json.scanner import make_scanner
 from typing import Any
@@ -21,12 +22,14 @@ from trm_store.vocabulary import text_problem
 __all__ = [
     "choose_encoder",
     "dumps_json",
+    "dumps_json_all",
     "loads_json",
     "same_json",
     "serialize_json",
 ]
 
 Encode = Callable[[Any], str]
+Chunks = Callable[[Any, int], list[str]]
 
 
 # An escaped NUL that is not itself an escaped backslash followed by "u0000".
@@ -67,15 +70,22 @@ _PROBE_ERRORS: tuple[tuple[Any, type[Exception]], ...] = (
 """Values both encoders must refuse, with the error they raise."""
 
 
-def _c_encoder(make_encoder: Any) -> Encode:
+def _c_chunks(make_encoder: Any) -> Chunks:
     """The C encoder that `_CANONICAL.encode` builds on every call (the same arguments), built
     once: `encode` spends ~1 us of a 1.6-2.7 us encode building it, for every event's data and
-    meta and every JSON projection column. Cycles are not tracked: a cyclic value raises
-    RecursionError (the caller's error), as a value nested too deep does."""
-    encoder = make_encoder(
+    meta and every JSON projection column. It writes a value's text as a list of chunks. Cycles
+    are not tracked: a cyclic value raises RecursionError (the caller's error), as a value
+    nested too deep does."""
+    chunks: Chunks = make_encoder(
         None, _not_json, encode_basestring_ascii, None, ":", ",", True, False, False
     )
-    return lambda value: "".join(encoder(value, 0))
+    return chunks
+
+
+def _c_encoder(make_encoder: Any) -> Encode:
+    """`_c_chunks`' encoder, its chunks joined."""
+    chunks = _c_chunks(make_encoder)
+    return lambda value: "".join(chunks(value, 0))
 
 
 def _refuses(encode: Encode, value: Any, error: type[Exception]) -> bool:
@@ -112,6 +122,8 @@ def choose_encoder(make_encoder: Any, reference: Encode = _pure_python) -> Encod
 
 
 _encode = choose_encoder(c_make_encoder)
+_chunks = _c_chunks(c_make_encoder) if _encode != _CANONICAL.encode else None
+"""The C encoder itself when `_encode` is it: `dumps_json_all` maps it over many values."""
 
 
 def dumps_json(value: Any, *, what: str) -> str:
@@ -129,6 +141,26 @@ def dumps_json(value: Any, *, what: str) -> str:
     if "\\u" in text:  # rare: ASCII text, where only other characters (or "\\" + "u") hold one
         _refuse_escaped(value, text, what)
     return text
+
+
+def dumps_json_all(values: list[Any], *, what: str) -> list[str]:
+    """`dumps_json` of each of `values` (the data of an append's events): the C encoder mapped
+    over them, no Python call a value (timeit, 100 prediction-shaped dicts: ~0.2-0.4 us a value
+    less than a `dumps_json` each). The error does not say which value: a caller that needs to
+    know encodes them one by one."""
+    try:
+        texts = (
+            list(map(_encode, values))
+            if _chunks is None
+            else list(map("".join, map(_chunks, values, repeat(0))))
+        )
+    except (TypeError, ValueError, RecursionError) as e:
+        raise EventValidationError(f"{what} is not JSON: {e}") from e
+    if "\\u" in "".join(texts):
+        for value, text in zip(values, texts, strict=True):
+            if "\\u" in text:
+                _refuse_escaped(value, text, what)
+    return texts
 
 
 def _refuse_escaped(value: Any, text: str, what: str) -> None:

@@ -11,7 +11,7 @@ from trm_store.errors import EventValidationError
 from trm_store.event_ids import check_event_id, new_event_id, new_event_ids
 from trm_store.event_types import event_type
 from trm_store.events import NewEvent
-from trm_store.json_codec import dumps_json
+from trm_store.json_codec import dumps_json, dumps_json_all
 from trm_store.prepared import PreparedAppend, PreparedEvent
 from trm_store.vocabulary import ID_MAX, count_problem, id_problem, text_problem
 
@@ -105,7 +105,7 @@ class AppendPreparer:
             if new.event_id is not None or new.meta is not None:
                 return None
         try:
-            data_jsons = [dumps_json(normal, what="data") for normal in normals]
+            data_jsons = dumps_json_all(normals, what="data")
         except EventValidationError:
             return None
         count = len(events)

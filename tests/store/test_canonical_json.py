@@ -10,12 +10,12 @@ from json.encoder import c_make_encoder  # type: ignore[attr-defined]
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from trm_store import json_codec
 from trm_store.errors import EventValidationError
-from trm_store.json_codec import choose_encoder, dumps_json, loads_json
+from trm_store.json_codec import choose_encoder, dumps_json, dumps_json_all, loads_json
 
 STORABLE_TEXT = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"))
 """Valid Unicode without NUL: what every backend can store."""
@@ -34,6 +34,39 @@ JSON_VALUES = st.recursive(
 def test_dumps_json_writes_what_json_dumps_writes_canonically(value: Any) -> None:
     expected = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
     assert dumps_json(value, what="value") == expected
+
+
+ANY_TEXT = st.text(st.characters(codec=None) | st.sampled_from(["\x00", "\ud800", "\udc00"]))
+"""Text with what the log refuses: NUL, lone surrogates, a pair written as two characters."""
+ANY_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | ANY_TEXT | st.just(b"bytes"),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(ANY_TEXT, inner, max_size=3),
+    max_leaves=10,
+)
+"""JSON values and what dumps_json refuses: NaN, infinities, bytes, refused text."""
+
+
+def _dumped(dump: Any) -> Any:
+    try:
+        return dump()
+    except EventValidationError as e:
+        return type(e)
+
+
+@given(st.lists(ANY_VALUES, max_size=6))
+@example([1, {"a": "NUL \x00"}])
+@example(["lone \ud800", 2])
+@example([{"pair as two": "\ud83d\ude00"}])
+def test_dumps_json_all_writes_and_refuses_what_dumps_json_does_one_by_one(
+    values: list[Any],
+) -> None:
+    """The append's path (`dumps_json_all`, the C encoder mapped over its data) against a
+    `dumps_json` each: the same texts, or an EventValidationError when any value is refused."""
+    each = [_dumped(lambda v=value: dumps_json(v, what="data")) for value in values]
+    refused = EventValidationError in each
+    assert _dumped(lambda: dumps_json_all(values, what="data")) == (
+        EventValidationError if refused else each
+    )
 
 
 def _cyclic() -> list[Any]:
