@@ -6,9 +6,11 @@ schema version is upcast when read (`EventType.read`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from functools import cache
 from itertools import chain
 from typing import Any
@@ -124,14 +126,34 @@ def _refuse_non_finite(value: Any, depth: int = 0) -> None:
             raise ValueError(f"{value} is not a finite number")
         return
     elif isinstance(value, BaseModel):
-        items = value.__dict__.values()
+        items = chain(value.__dict__.values(), (value.__pydantic_extra__ or {}).values())
     elif isinstance(value, Mapping):
         items = value.values()
     elif isinstance(value, list | tuple | set | frozenset):
         items = value
-    else:
+    elif isinstance(value, str | bytes | bytearray | memoryview):
         return
+    else:
+        items = _inferred_items(value)
     _refuse_non_finite_in(items, depth)
+
+
+def _inferred_items(value: Any) -> Iterable[Any]:
+    """What pydantic writes of `value` where it infers the type (an `Any` field): a dataclass's
+    fields, an enum member's value, a deque's (any collection's) items. An iterator (a
+    generator) is refused: it could not be read without being used up, and pydantic would
+    write what it yields, NaN as null."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [getattr(value, field.name) for field in dataclasses.fields(value)]
+    if isinstance(value, Enum):
+        return (value.value,)
+    if isinstance(value, Collection):
+        return value
+    if isinstance(value, Iterator):
+        raise ValueError(
+            f"a {type(value).__name__} cannot be checked for NaN without using it up: pass a list"
+        )
+    return ()
 
 
 def _refuse_non_finite_in(items: Iterable[Any], depth: int) -> None:
