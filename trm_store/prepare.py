@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 from trm_store.errors import EventValidationError
@@ -117,7 +118,7 @@ class AppendPreparer:
             [schema_version] * count,
             normals,
             data_jsons,
-            [self._origin] * count,
+            list(map(dict.copy, repeat(self._origin, count))),  # each its own, as in `_validated`
             [self._origin_json] * count,
             ids_given=False,
         )
@@ -144,8 +145,8 @@ class AppendPreparer:
             data_json = dumps_json(data, what="data")
         except EventValidationError as e:
             raise EventValidationError(f"event {new.type!r} {e}") from None
-        if new.meta is None:
-            meta, meta_json = self._origin, self._origin_json
+        if new.meta is None:  # each event its own meta: a caller may change a recorded one
+            meta, meta_json = self._origin.copy(), self._origin_json
         elif isinstance(new.meta, Mapping):
             meta = {**self._origin, **new.meta}
             meta_json = dumps_json(meta, what=f"event {new.type!r} meta")

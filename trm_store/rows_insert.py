@@ -77,13 +77,13 @@ class RowsInsert:
     def __init__(self, table: str, columns: Sequence[str]) -> None:
         self.table = table
         self.columns = tuple(columns)
-        self._sql: dict[tuple[str, int], str] = {}
+        self._sql: dict[tuple[str, str, int], str] = {}
         self.copy_sql = f"COPY {table} ({', '.join(self.columns)}) FROM STDIN"
 
     def sql(self, dialect: Dialect, rows: int) -> str:
         """The statement that inserts `rows` rows (1 for `executemany`) in `dialect`'s style;
         NotImplementedError for a driver whose paramstyle takes no positional placeholder."""
-        key = (dialect.paramstyle, rows)
+        key = (dialect.name, dialect.paramstyle, rows)
         found = self._sql.get(key)
         if found is None:
             mark = _PLACEHOLDERS.get(dialect.paramstyle)

@@ -17,10 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event
+from sqlalchemy.dialects import postgresql as postgresql_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from tests.store.helpers import EVENT_INSERTS, TOTALS, added, totals
 from trm_store import EventIdConflictError, NewEvent, Store, open_store
-from trm_store.rows_insert import COPY_MIN_ROWS, ROWS_PER_STATEMENT, row_chunks
+from trm_store.rows_insert import COPY_MIN_ROWS, ROWS_PER_STATEMENT, RowsInsert, row_chunks
 
 SIZES = [1, 2, 3, 15, 16, 17, 63, 64, 65, 127, 128, 129, 200, 1000]
 """Appends across every chunk boundary and `COPY_MIN_ROWS`, and one of 1,000 events (15 statements
@@ -154,3 +156,12 @@ def test_sqlite_event_inserts_need_no_statement_journal(sqlite_url: str) -> None
     assert [sql.split(" (")[0] for sql, _params, _many in sent] == [
         "INSERT OR ROLLBACK INTO events"
     ] * len(list(row_chunks(100)))
+
+
+def test_each_database_gets_its_own_statement_text() -> None:
+    """The texts are cached by database and placeholder style: SQLite's OR ROLLBACK never
+    reaches PostgreSQL, whatever style its driver is given."""
+    insert = RowsInsert("events", ["a", "b"])
+    assert insert.sql(sqlite_dialect.dialect(), 1).startswith("INSERT OR ROLLBACK INTO events ")
+    qmark_postgres = postgresql_dialect.psycopg.dialect(paramstyle="qmark")
+    assert insert.sql(qmark_postgres, 1) == "INSERT INTO events (a, b) VALUES (?, ?)"

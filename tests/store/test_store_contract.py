@@ -280,6 +280,19 @@ def test_nan_where_pydantic_infers_the_type_is_refused_not_written_as_null(
     assert store.head_position() == 0
 
 
+@pytest.mark.parametrize("events", [1, 2], ids=["alone", "together"])
+def test_each_recorded_event_has_its_own_meta(store: Store, events: int) -> None:
+    """A caller that changes a recorded event's meta changes that event only: not the other
+    events of the append, nor those of later appends (they shared the store's origin dict)."""
+    recorded = store.append("s", [added(k) for k in range(events)])
+    recorded[0].meta["changed"] = True
+    [later] = store.append("s", [added(9)])
+    assert [e.meta for e in recorded[1:]] + [later.meta] == [
+        {"host": later.meta["host"], "pid": later.meta["pid"]}
+    ] * events
+    assert store.read_stream("s")[0].meta == later.meta
+
+
 def test_an_iterator_in_data_is_refused_not_used_up(store: Store) -> None:
     """pydantic writes what a generator yields (NaN as null), and reading it to check would use
     it up: refused."""
