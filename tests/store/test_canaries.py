@@ -137,6 +137,15 @@ def test_recorded_event_s_fields_are_its_whole_init() -> None:
     assert not hasattr(RecordedEvent, "__post_init__"), (
         "RecordedEvent has a __post_init__: recorded_event bypasses __init__ and would skip it"
     )
+    # Its __init__ the one dataclasses writes (compiled from text: "<string>"), not one of its
+    # own, and no __new__: recorded_event calls neither (review, eighteenth session).
+    assert RecordedEvent.__init__.__code__.co_filename == "<string>", (
+        "RecordedEvent.__init__ is no longer the one dataclasses generates: recorded_event "
+        "bypasses it and would skip what it does"
+    )
+    assert RecordedEvent.__new__ is object.__new__, (
+        "RecordedEvent has a __new__ of its own: recorded_event bypasses it"
+    )
     missing = dataclasses.MISSING
     assert all(f.default is missing and f.default_factory is missing for f in fields), (
         "a RecordedEvent field has a default: recorded_event always sets every field"

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections import deque
-from collections.abc import Callable
+from collections import UserString, deque
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -293,13 +293,45 @@ def test_each_recorded_event_has_its_own_meta(store: Store, events: int) -> None
     assert store.read_stream("s")[0].meta == later.meta
 
 
-def test_an_iterator_in_data_is_refused_not_used_up(store: Store) -> None:
-    """pydantic writes what a generator yields (NaN as null), and reading it to check would use
-    it up: refused."""
+class _FailingCollection(Collection[float]):
+    """A collection whose iteration fails, as a closed cursor's would."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __contains__(self, item: object) -> bool:
+        return False
+
+    def __iter__(self) -> Iterator[float]:
+        raise RuntimeError("backend connection closed")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: UserString("x"),
+        lambda: range(10**18),
+        _FailingCollection,
+        lambda: (x for x in [1.0]),
+    ],
+    ids=["user-string", "huge-range", "failing-collection", "generator"],
+)
+def test_what_the_nan_walk_does_not_read_is_left_to_pydantic(
+    store: Store, make: Callable[[], Any]
+) -> None:
+    """The walk reads only what pydantic writes by inference: anything else is pydantic's to
+    refuse (a typed error, at once), never iterated by the walk, which could fail, recurse
+    forever or not end (review, eighteenth session). A generator is pydantic's to write."""
     register_event_type("test.untyped", _Untyped)
-    with pytest.raises(EventValidationError, match="generator cannot be checked"):
-        store.append("s", [NewEvent("test.untyped", {"anything": (x for x in [1.0])})])
-    assert store.head_position() == 0
+    value = make()
+    try:
+        store.append("s", [NewEvent("test.untyped", {"anything": value})])
+    except EventValidationError as e:
+        assert "serialize unknown type" in str(e)
+        assert store.head_position() == 0
+    else:
+        assert isinstance(value, Iterator)  # pydantic writes what a generator yields
+        assert [e.data["anything"] for e in store.read_all()] == [[1.0]]
 
 
 @pytest.mark.parametrize("statement", ["UPDATE events SET type = 'x'", "DELETE FROM events"])
