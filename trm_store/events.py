@@ -83,7 +83,9 @@ def _recorded_event_constructor() -> Callable[..., RecordedEvent]:
     between classes of the same layout and refuses with TypeError otherwise (280 ns). The twin
     is made from RecordedEvent's own fields; `tests/store/test_canaries.py` checks that they are
     its whole `__init__` (no defaults, no `__post_init__`) and that the result is a RecordedEvent
-    equal to one built by its `__init__`. A rebuild builds a million of them.
+    equal to one built by its `__init__`. A rebuild builds a million of them. Measured on the
+    GIL build only: on a free-threaded one (3.13t) `__class__` assignment may pause the other
+    threads (CPython gh-120198).
     """
     twin = dataclasses.make_dataclass(
         "_RecordedEventBuilt",
