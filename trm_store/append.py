@@ -34,7 +34,7 @@ INSERT_EVENTS = RowsInsert("events", EVENT_COLUMNS)
 """The event rows of an append, their values one after another in `EVENT_COLUMNS` order
 (`trm_store.rows_insert`): JSON already serialised, `recorded_at` through its column type's
 `bind_processor`."""
-_ROW_WIDTH = len(EVENT_COLUMNS)
+_ROW_WIDTH = len(INSERT_EVENTS.columns)
 
 
 def _everyones(error: StoreError) -> bool:

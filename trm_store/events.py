@@ -74,13 +74,13 @@ _set_type, _set_data, _set_meta, _set_event_id = _slot_setters(NewEvent)
 
 
 def _recorded_event_constructor() -> Callable[..., RecordedEvent]:
-    """`RecordedEvent(...)`, positional, at ~0.4 of its cost: for every event read or appended.
+    """`RecordedEvent(...)`, positional, at under half its cost: for every event read or appended.
 
     A frozen dataclass's `__init__` sets each field with `object.__setattr__` (timeit: 700 ns
     an event, or as much through the slots' descriptors). This builds the event as an instance
     of a twin: a plain dataclass with the same fields, whose `__init__` stores each one in its
     slot directly, then makes it a RecordedEvent by assigning `__class__`, which Python allows
-    between classes of the same layout and refuses with TypeError otherwise (280 ns). The twin
+    between classes of the same layout and refuses with TypeError otherwise (~320 ns). The twin
     is made from RecordedEvent's own fields; `tests/store/test_canaries.py` checks that they are
     its whole `__init__` (no defaults, no `__post_init__`) and that the result is a RecordedEvent
     equal to one built by its `__init__`. A rebuild builds a million of them. Measured on the
