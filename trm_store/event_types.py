@@ -134,6 +134,8 @@ def _refuse_non_finite(value: Any, depth: int = 0) -> None:
         items = value
     else:
         items = _inferred_items(value)
+        if not items:  # a datetime, a UUID, a decimal (most of what reaches here): no walk
+            return
     _refuse_non_finite_in(items, depth)
 
 
