@@ -47,15 +47,15 @@ def test_the_switch_waits_no_longer_than_the_busy_timeout(
     monkeypatch.setattr(trm_store.sqlite, "BUSY_TIMEOUT_MS", 1000)
     path = tmp_path / "trm.db"
     holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("PRAGMA user_version = 1")  # a first page, in rollback mode, and no table
+    # The read lock is held throughout, so letting go of the write lock leaves no moment with
+    # no lock at all (a COMMIT, then a new read, did: the switch could get in between).
+    reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    reader.execute("BEGIN")
+    reader.execute("SELECT * FROM sqlite_master").fetchall()
     holder.execute("BEGIN IMMEDIATE")
-    holder.execute("CREATE TABLE IF NOT EXISTS scratch (x)")  # a first page, in rollback mode
 
-    def read_lock_instead() -> None:
-        holder.execute("COMMIT")
-        holder.execute("BEGIN")
-        holder.execute("SELECT * FROM sqlite_master").fetchall()
-
-    switched = threading.Timer(0.8, read_lock_instead)
+    switched = threading.Timer(0.8, lambda: holder.execute("ROLLBACK"))
     switched.start()
     started = time.monotonic()
     try:
@@ -64,6 +64,7 @@ def test_the_switch_waits_no_longer_than_the_busy_timeout(
         waited = time.monotonic() - started
     finally:
         switched.join()
-        holder.execute("COMMIT")
+        reader.execute("COMMIT")
+        reader.close()
         holder.close()
     assert 0.9 < waited < 1.5
