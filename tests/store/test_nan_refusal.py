@@ -10,7 +10,7 @@ from enum import Enum
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, ConfigDict, SerializeAsAny
+from pydantic import BaseModel, ConfigDict, Json, SerializeAsAny, field_validator
 
 from trm_store import EventValidationError, NewEvent, Store, register_event_type
 
@@ -157,4 +157,40 @@ def test_nan_in_an_any_field_is_refused_not_written_as_null(store: Store) -> Non
     for bad in [float("nan"), {"x": [1.0, float("-inf")]}]:
         with pytest.raises(EventValidationError, match="finite"):
             store.append("s", [NewEvent("test.anything", {"value": bad})])
+    assert store.head_position() == 0
+
+
+class _Made(BaseModel):
+    """Fields whose values validation makes: parsed from JSON text, by a validator of the
+    model's own, from a view of a dict (a list to pydantic)."""
+
+    parsed: Json[Any] = None
+    converted: Any = None
+    listed: list[Any] = []
+
+    @field_validator("converted", mode="before")
+    @classmethod
+    def _number(cls, value: Any) -> Any:
+        return float(value) if isinstance(value, str) else value
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"parsed": '{"score": NaN}'},
+        {"parsed": "[Infinity]"},
+        {"converted": "nan"},
+        {"listed": {"k": float("nan")}.values()},
+    ],
+    ids=["json-text", "json-text-list", "validator", "dict-view"],
+)
+@pytest.mark.parametrize("events", [1, 2], ids=["alone", "together"])
+def test_nan_that_validation_makes_is_refused_not_written_as_null(
+    store: Store, data: dict[str, Any], events: int
+) -> None:
+    """The data given holds no NaN: validation makes it (review, nineteenth session: each was
+    written as null, the walk looked only at the data given)."""
+    register_event_type("test.made", _Made)
+    with pytest.raises(EventValidationError, match="finite"):
+        store.append("s", [NewEvent("test.made", data)] * events)
     assert store.head_position() == 0
