@@ -10,9 +10,9 @@ from typing import Any
 
 from trm_store.errors import EventValidationError
 from trm_store.event_ids import check_event_id, new_event_id, new_event_ids
-from trm_store.event_types import event_type
+from trm_store.event_types import event_type, refuse_non_finite
 from trm_store.events import NewEvent
-from trm_store.json_codec import dumps_json, dumps_json_all
+from trm_store.json_codec import dumps_json, dumps_json_all, loads_json
 from trm_store.prepared import PreparedAppend, PreparedEvent
 from trm_store.vocabulary import ID_MAX, count_problem, id_problem, text_problem
 
@@ -148,8 +148,11 @@ class AppendPreparer:
         if new.meta is None:  # each event its own meta: a caller may change a recorded one
             meta, meta_json = self._origin.copy(), self._origin_json
         elif isinstance(new.meta, Mapping):
-            meta = {**self._origin, **new.meta}
-            meta_json = dumps_json(meta, what=f"event {new.type!r} meta")
+            meta_json = _meta_json({**self._origin, **new.meta}, new.type)
+            # As the log holds it (a tuple reads back as a list, an int key as a string), and
+            # none of the caller's objects: what `append` returns and the projections are given
+            # is what a read, and a rebuild, get.
+            meta = loads_json(meta_json)
         else:
             raise EventValidationError(f"event {new.type!r}: meta must be a mapping")
         if new.event_id is not None:
@@ -157,6 +160,17 @@ class AppendPreparer:
         else:
             event_id = new_event_id() if fresh_id is None else fresh_id
         return PreparedEvent(event_id, new.type, schema_version, data, data_json, meta, meta_json)
+
+
+def _meta_json(meta: dict[str, Any], event_type_name: str) -> str:
+    """The canonical JSON of an event's meta; EventValidationError for what is no JSON, and
+    for nesting past `refuse_non_finite`'s depth (a cyclic meta), looked for first."""
+    what = f"event {event_type_name!r} meta"
+    try:
+        refuse_non_finite(meta)
+    except (ValueError, RecursionError) as e:
+        raise EventValidationError(f"{what} is not JSON: {e}") from None
+    return dumps_json(meta, what=what)
 
 
 def _validated_together(events: Sequence[Any]) -> tuple[int, list[dict[str, Any]]] | None:
@@ -182,7 +196,10 @@ def prepared_append(
     stream_id: str, events: Sequence[PreparedEvent], expected_version: int | None
 ) -> PreparedAppend:
     """An append of events validated earlier (`AppendPreparer.event`). Their ids were fixed
-    then, so it is treated as a possible retry, as an append with caller-given ids."""
+    then, so it is treated as a possible retry, as an append with caller-given ids.
+
+    Not validated again, but each is checked to be as `prepare` left it (`_as_prepared`): a
+    `PreparedEvent` is a plain mutable object, and the log keeps forever what is written."""
     _check_target(stream_id, expected_version)
     if not _non_empty_sequence(events):
         raise EventValidationError(
@@ -194,7 +211,30 @@ def prepared_append(
                 f"stream {stream_id!r}: expected a PreparedEvent (from Store.prepare), got "
                 f"{type(event).__name__}"
             )
+        _as_prepared(event)
     return PreparedAppend.of(stream_id, expected_version, events, ids_given=True)
+
+
+def _as_prepared(event: PreparedEvent) -> None:
+    """EventValidationError unless `event` is one `prepare` could have made: a registered type
+    at its schema version, an event id, data and meta dicts whose canonical JSON is the text to
+    be written (a changed field, or text that is no JSON, would be kept in the log, and read
+    back, or fail to be read, ever after). Costs an encode of its data and meta."""
+    registered = event_type(event.type)
+    what = f"prepared event {event.event_id!r}"
+    if check_event_id(event.event_id) != event.event_id:
+        raise EventValidationError(f"{what}: its id is not as Store.prepare wrote it")
+    if event.schema_version != registered.schema_version:
+        raise EventValidationError(
+            f"{what}: schema version {event.schema_version!r}, type {event.type!r} is at "
+            f"{registered.schema_version}"
+        )
+    for name, value, text in (
+        ("data", event.data, event.data_json),
+        ("meta", event.meta, event.meta_json),
+    ):
+        if type(value) is not dict or dumps_json(value, what=f"{what} {name}") != text:
+            raise EventValidationError(f"{what}: its {name} changed since Store.prepare made it")
 
 
 def _check_target(stream_id: object, expected_version: object) -> None:
