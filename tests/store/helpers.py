@@ -140,6 +140,16 @@ class TotalsV2(Totals):
         return {"doubled": 2 * total}
 
 
+class Tableless(Projection):
+    """A projection of `test.added` events with no tables: a test's `apply` does the rest."""
+
+    version = 1
+    event_types = frozenset({"test.added"})
+
+    def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
+        return {}
+
+
 class GcProbe(Projection):
     """Writes nothing; notes whether Python's cyclic GC is on each time it applies a batch (and
     prints it to stderr when `report`, for a child process)."""

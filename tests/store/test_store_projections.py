@@ -10,6 +10,7 @@ from sqlalchemy import Column, Connection, Integer, MetaData, Table, select, tex
 from tests.store.helpers import (
     TOTALS,
     NamedTotals,
+    Tableless,
     Totals,
     TotalsV2,
     added,
@@ -189,14 +190,8 @@ def test_only_current_projections_advance_inline_and_the_lagging_one_catches_up(
             assert conn.execute(select(tables["totals"].c.total)).scalar_one() == 6
 
 
-class _Nameless(Projection):
+class _Nameless(Tableless):
     """A projection whose author forgot its `name`."""
-
-    version = 1
-    event_types = frozenset({"test.added"})
-
-    def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
-        return {}
 
     def apply(
         self, conn: Connection, tables: Mapping[str, Table], events: Sequence[RecordedEvent]
