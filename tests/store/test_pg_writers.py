@@ -4,18 +4,21 @@ connection that died while idle is replaced before anything is written."""
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 import time
+from collections.abc import Mapping, Sequence
 
 import psycopg
 import pytest
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import Connection, Table, create_engine, event, text
 from sqlalchemy.engine import ExceptionContext
+from sqlalchemy.exc import DBAPIError
 
-from tests.store.helpers import TOTALS, Totals, added, in_a_forked_child, totals
+from tests.store.helpers import TOTALS, Tableless, Totals, added, in_a_forked_child, totals
 from tests.store.round_trip_proxy import round_trip_proxy
-from trm_store import EventIdConflictError, Projection, StoreError, open_store
+from trm_store import EventIdConflictError, Projection, RecordedEvent, StoreError, open_store
 from trm_store.connect import normalise_url
 from trm_store.postgres import WRITER_SLOTS
 
@@ -337,3 +340,29 @@ def test_a_transaction_interrupted_mid_statement_never_keeps_the_append_lock(
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         gc.enable()
+
+
+class _SwallowsAnError(Tableless):
+    """A projection whose `apply` catches a database error of its own (on the append's
+    connection) and carries on, for events of amount 13."""
+
+    name = "test_swallows"
+
+    def apply(
+        self, conn: Connection, tables: Mapping[str, Table], events: Sequence[RecordedEvent]
+    ) -> None:
+        if any(e.data["amount"] == 13 for e in events):
+            with contextlib.suppress(DBAPIError):
+                conn.exec_driver_sql("SELECT 1/0")
+
+
+def test_an_append_whose_transaction_failed_is_refused_not_acknowledged(pg_url: str) -> None:
+    """PostgreSQL ends a transaction at its first error, and answers its COMMIT with a rollback,
+    which psycopg does not raise: the append was acknowledged, and lost (review, nineteenth
+    session). Now the caller gets a StoreError, and the next append is written."""
+    with open_store(pg_url, projections={_SwallowsAnError.name: _SwallowsAnError()}) as store:
+        store.append("s", [added(1)])
+        with pytest.raises(StoreError, match="error was caught"):
+            store.append("s", [added(13)])
+        assert [e.data["amount"] for e in store.read_all()] == [1]
+        assert [e.position for e in store.append("s", [added(2)])] == [2]
