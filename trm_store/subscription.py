@@ -14,12 +14,14 @@ iterator runs each step in a thread (`asyncio.to_thread`), so the event loop nev
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Self
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from trm_store.errors import StoreError
 from trm_store.events import RecordedEvent
@@ -58,6 +60,7 @@ class Subscription:
         self._conn: Connection | None = None
         self._wakeups: Wakeups | None = None
         self._caught_up = False
+        _OPEN.add(self)
 
     @property
     def position(self) -> int:
@@ -95,6 +98,14 @@ class Subscription:
                     batch = log_batch(conn, self._filter, self._cursor, self._batch_size)
             except SQLAlchemyError as e:
                 raise self._store_error(e) from e
+            except self._engine.dialect.loaded_dbapi.Error as e:
+                # The wake-ups' own calls to the driver (psycopg's `notifies`): a connection
+                # lost while waiting. Closed at once, with no reset sent on a dead socket.
+                if self._conn is not None:
+                    self._conn.invalidate()
+                raise self._store_error(
+                    DBAPIError.instance(None, None, e, type(e), dialect=self._engine.dialect)
+                ) from e
             self._cursor = batch.cursor
             self._caught_up = batch.complete
             return batch.events
@@ -139,3 +150,26 @@ class Subscription:
 
     async def __aexit__(self, *_exc: object) -> None:
         await self.aclose()
+
+    def _forget_after_fork(self) -> None:
+        """In a forked child: not the parent's connection (closing it would end the parent's
+        session, whose socket the child shares), and a fresh lock (a parent's thread that held it
+        at the fork does not exist here). A later step opens a connection of the child's own."""
+        if self._conn is not None:
+            _inherited.append(self._conn)
+        self._conn, self._wakeups, self._caught_up = None, None, False
+        self._lock = threading.Lock()
+
+
+_OPEN: weakref.WeakSet[Subscription] = weakref.WeakSet()
+"""Every subscription of this process, for the at-fork hook."""
+_inherited: list[Connection] = []
+"""A forked child's references to its parent's connections: never closed, never used."""
+
+
+def _forget_in_child() -> None:
+    for subscription in list(_OPEN):
+        subscription._forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

@@ -1,0 +1,77 @@
+"""A subscription when its connection is lost, and across a fork (review, nineteenth session):
+the loss ends the iteration with a StoreError, not the driver's own error; a forked child never
+touches its parent's subscription connection, nor waits on a lock a parent's thread held."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from tests.conftest import PG_URL
+from tests.store.helpers import added, in_a_forked_child
+from trm_store import Store, StoreError, open_store
+
+
+@pytest.mark.postgres
+def test_a_connection_lost_while_waiting_ends_the_iteration_with_a_store_error(
+    pg_url: str,
+) -> None:
+    with open_store(pg_url) as store:
+        _lost_while_waiting(store)
+
+
+def _lost_while_waiting(store: Store) -> None:
+    subscription = store.subscribe()
+    assert subscription._step() == []  # caught up: from now on it waits for wake-ups
+    conn = subscription._conn
+    assert conn is not None
+    pid = conn.connection.dbapi_connection.info.backend_pid  # type: ignore[union-attr]
+    admin = create_engine(PG_URL)
+    with admin.begin() as c:
+        c.execute(text("SELECT pg_terminate_backend(:pid, 10000)"), {"pid": pid})
+    admin.dispose()
+    with pytest.raises(StoreError):
+        for _ in range(50):  # each step waits at most 0.1 s for a wake-up
+            subscription._step()
+    subscription.close()
+    assert subscription._conn is None
+
+
+def test_a_forked_child_closes_its_store_without_touching_the_parents_subscription(
+    store: Store,
+) -> None:
+    """The parent follows in a thread (holding the subscription's lock while it waits); the
+    child closes the store it inherited: it neither hangs on that lock nor ends the parent's
+    session, and the parent's follower still sees what is appended after."""
+    store.append("a", [added(1)])
+    subscription = store.subscribe()
+    seen: list[str] = []
+    follower = threading.Thread(target=lambda: seen.extend(e.stream_id for e in subscription))
+    follower.start()
+    while not seen:
+        time.sleep(0.01)
+
+    def child() -> bytes:
+        started = time.monotonic()
+        closing = threading.Thread(target=store.close, daemon=True)
+        closing.start()
+        closing.join(5)
+        if closing.is_alive():
+            return b"store.close() still waiting after 5 s"
+        return f"closed in {time.monotonic() - started:.1f} s".encode()
+
+    said = in_a_forked_child(child)
+    assert said.startswith(b"closed in"), said
+    assert float(said.split()[2]) < 2
+    store.append("b", [added(2)])
+    deadline = time.monotonic() + 10
+    while len(seen) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    subscription.close()
+    follower.join(5)
+    assert seen == ["a", "b"]
+    assert os.getpid()  # the parent is the one still here
