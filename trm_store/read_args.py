@@ -11,7 +11,7 @@ from collections.abc import Collection
 from typing import cast
 
 from trm_store.errors import EventValidationError
-from trm_store.log_filter import LogFilter
+from trm_store.log_filter import MAX_TYPES, LogFilter
 from trm_store.vocabulary import INT64_MAX, count_problem, text_problem
 
 __all__ = [
@@ -65,6 +65,11 @@ def checked_filter(types: object, stream_prefix: object) -> LogFilter | None:
             raise EventValidationError("types must name at least one event type")
         for type_ in types:
             _checked_text("each of types", type_)
+        if len(distinct := set(types)) > MAX_TYPES:
+            raise EventValidationError(
+                f"types names {len(distinct)} event types, at most {MAX_TYPES} can be filtered"
+                " on: read unfiltered and filter in Python"
+            )
     prefix = None if stream_prefix is None else _checked_text("stream_prefix", stream_prefix)
     return LogFilter.of(cast("Collection[str] | None", types), prefix)
 
