@@ -15,11 +15,12 @@ from enum import Enum
 from functools import cache
 from itertools import chain
 from operator import attrgetter
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from trm_store.errors import EventValidationError
+from trm_store.vocabulary import text_problem
 
 __all__ = [
     "EventType",
@@ -28,6 +29,7 @@ __all__ = [
     "refuse_non_finite",
     "register_event_type",
     "registered_event_types",
+    "type_name_problem",
     "validation_problem",
 ]
 
@@ -54,8 +56,9 @@ class EventType:
         mode would silently write them as null. They are looked for in what validation made
         (the model instance that is serialised), so also where validation makes them: a `Json`
         field's parsed text, a validator's output. An instance of the model given as `data` is
-        taken as validated, but a value of the wrong type in it (set after validation, or by
-        `model_construct`) is refused, not written as pydantic would guess it.
+        taken as validated (a value set in it since, or by `model_construct`, is written as
+        pydantic serialises it; refusing what its serializer warns of would also refuse valid
+        instances, e.g. a default of another type, which pydantic does not validate).
         The model's validator and serializer are called directly: `model_validate` and
         `model_dump` only wrap them, at twice their cost.
         """
@@ -65,22 +68,19 @@ class EventType:
                 f"event {self.name!r}: data must be a mapping, got {type(data).__name__}"
             )
         try:
-            warnings: Literal["warn", "error"] = "error"
-            if isinstance(data, model):
-                instance = data
-            else:
-                instance, warnings = model.__pydantic_validator__.validate_python(data), "warn"
-            refuse_non_finite(instance)
-            normal: dict[str, Any] = model.__pydantic_serializer__.to_python(
-                instance, mode="json", warnings=warnings
+            instance = (
+                data
+                if isinstance(data, model)
+                else model.__pydantic_validator__.validate_python(data)
             )
+            refuse_non_finite(instance)
+            normal: dict[str, Any] = model.__pydantic_serializer__.to_python(instance, mode="json")
         except ValidationError as e:
             raise EventValidationError(f"event {self.name!r}: {validation_problem(e)}") from e
         except (ValueError, RecursionError) as e:
             # ValueError: a non-finite float, bytes that are not UTF-8, nesting past pydantic's
-            # serialisation depth, a value of the wrong type in an instance (pydantic's
-            # warnings, on several lines: the CLI prints a typed error as one).
-            raise EventValidationError(f"event {self.name!r}: {' '.join(str(e).split())}") from e
+            # serialisation depth.
+            raise EventValidationError(f"event {self.name!r}: {e}") from e
         return normal
 
     def validate_all(self, datas: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
@@ -214,8 +214,9 @@ def register_event_type(
     upcast: Upcaster | None = None,
 ) -> EventType:
     """Register (or re-register, idempotently) the model for event type `name`."""
-    if not isinstance(name, str) or not name or len(name) > _TYPE_NAME_MAX:
-        raise EventValidationError(f"event type name must be 1..{_TYPE_NAME_MAX} characters")
+    problem = type_name_problem(name)
+    if problem is not None:
+        raise EventValidationError(f"event type name {problem}")
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise EventValidationError(f"event type {name!r}: model must be a pydantic BaseModel")
     if (
@@ -231,6 +232,14 @@ def register_event_type(
     registered = EventType(name, model, schema_version, upcast)
     _REGISTRY[name] = registered
     return registered
+
+
+def type_name_problem(name: object) -> str | None:
+    """Why `name` is no event type name (1..128 characters of text both backends store), or
+    None when it is one."""
+    if not isinstance(name, str) or not name or len(name) > _TYPE_NAME_MAX:
+        return f"must be 1..{_TYPE_NAME_MAX} characters"
+    return text_problem(name)
 
 
 def event_type(name: str) -> EventType:

@@ -10,11 +10,11 @@ from typing import Any
 
 from trm_store.errors import EventValidationError
 from trm_store.event_ids import check_event_id, new_event_id, new_event_ids
-from trm_store.event_types import event_type, refuse_non_finite
+from trm_store.event_types import event_type, refuse_non_finite, type_name_problem
 from trm_store.events import NewEvent
 from trm_store.json_codec import dumps_json, dumps_json_all, loads_json
 from trm_store.prepared import PreparedAppend, PreparedEvent
-from trm_store.vocabulary import ID_MAX, count_problem, id_problem, text_problem
+from trm_store.vocabulary import ID_MAX, INT32_MAX, count_problem, id_problem, text_problem
 
 __all__ = [
     "ORIGIN_KEYS",
@@ -148,11 +148,12 @@ class AppendPreparer:
         if new.meta is None:  # each event its own meta: a caller may change a recorded one
             meta, meta_json = self._origin.copy(), self._origin_json
         elif isinstance(new.meta, Mapping):
-            meta_json = _meta_json({**self._origin, **new.meta}, new.type)
             # As the log holds it (a tuple reads back as a list, an int key as a string), and
             # none of the caller's objects: what `append` returns and the projections are given
-            # is what a read, and a rebuild, get.
-            meta = loads_json(meta_json)
+            # is what a read, and a rebuild, get. Its text is written again from it: int keys
+            # were sorted as numbers, as strings they sort as text.
+            meta = loads_json(_meta_json({**self._origin, **new.meta}, new.type))
+            meta_json = dumps_json(meta, what=f"event {new.type!r} meta")
         else:
             raise EventValidationError(f"event {new.type!r}: meta must be a mapping")
         if new.event_id is not None:
@@ -216,19 +217,18 @@ def prepared_append(
 
 
 def _as_prepared(event: PreparedEvent) -> None:
-    """EventValidationError unless `event` is one `prepare` could have made: a registered type
-    at its schema version, an event id, data and meta dicts whose canonical JSON is the text to
-    be written (a changed field, or text that is no JSON, would be kept in the log, and read
-    back, or fail to be read, ever after). Costs an encode of its data and meta."""
-    registered = event_type(event.type)
+    """EventValidationError unless `event` is one `prepare` could have made: a type name, a
+    schema version, an event id as `prepare` writes it, data and meta dicts whose canonical
+    JSON is the text to be written (a changed field, or text that is no JSON, would be kept in
+    the log, and read back, or fail to be read, ever after). Its type need not be registered
+    in this process, nor at that schema version still (a writer that buffered events across an
+    upgrade: the log upcasts them when read). Costs an encode of its data and meta."""
     what = f"prepared event {event.event_id!r}"
+    problem = type_name_problem(event.type) or count_problem(event.schema_version, 1, INT32_MAX)
+    if problem is not None:
+        raise EventValidationError(f"{what}: its type or schema version {problem}")
     if check_event_id(event.event_id) != event.event_id:
         raise EventValidationError(f"{what}: its id is not as Store.prepare wrote it")
-    if event.schema_version != registered.schema_version:
-        raise EventValidationError(
-            f"{what}: schema version {event.schema_version!r}, type {event.type!r} is at "
-            f"{registered.schema_version}"
-        )
     for name, value, text in (
         ("data", event.data, event.data_json),
         ("meta", event.meta, event.meta_json),

@@ -28,6 +28,7 @@ from collections.abc import Set as AbstractSet
 __all__ = [
     "ID_MAX",
     "INFRA_STOP_REASONS",
+    "INT32_MAX",
     "INT64_MAX",
     "INT64_MIN",
     "STOP_REASONS",
@@ -55,6 +56,8 @@ ID_MAX = 255
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 """The integers both backends hold (SQLite INTEGER, PostgreSQL BIGINT): wider ones are refused."""
+INT32_MAX = 2**31 - 1
+"""The largest value of an `Integer` column on PostgreSQL (an event's schema version)."""
 
 
 def count_problem(value: object, minimum: int = 0, maximum: int = INT64_MAX) -> str | None:
