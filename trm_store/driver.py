@@ -189,13 +189,13 @@ def execute(conn: Connection, statement: DriverSql, params: Params) -> int:
     return _changed(conn, statement, params, many=False)
 
 
-def padded_in(values: Sequence[Any]) -> tuple[int, dict[str, Any]]:
-    """The parameters `i0`..`i{size-1}` of an IN list of (non-empty) `values`, padded to a power
-    of two with the last value, and that size: a few statements, each compiled once, serve every
-    count of values."""
+def padded_in(values: Sequence[Any], name: str = "i") -> tuple[int, dict[str, Any]]:
+    """The parameters `{name}0`..`{name}{size-1}` of an IN list of (non-empty) `values`, padded
+    to a power of two with the last value, and that size: a few statements, each compiled once,
+    serve every count of values."""
     size = 1 << (len(values) - 1).bit_length()
-    params = {f"i{k}": v for k, v in enumerate(values)}
-    params.update({f"i{k}": values[-1] for k in range(len(values), size)})
+    params = {f"{name}{k}": v for k, v in enumerate(values)}
+    params.update({f"{name}{k}": values[-1] for k in range(len(values), size)})
     return size, params
 
 

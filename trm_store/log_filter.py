@@ -81,8 +81,7 @@ class LogFilter:
         types = self.types or ()
         if len(types) <= MERGED_TYPES:
             return len(types), {f"t{i}": type_ for i, type_ in enumerate(types)}
-        size, padded = padded_in(types)
-        return size, {f"t{key[1:]}": value for key, value in padded.items()}
+        return padded_in(types, "t")
 
     def params(self, after: int, until: int, limit: int) -> dict[str, Any]:
         """The statement's parameters for positions in (after, until], at most `limit` rows."""
