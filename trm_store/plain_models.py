@@ -1,32 +1,35 @@
 """Event models whose validated fields are already their normal form: a fast path, fenced here.
 
 A model of plain fields (each a str, int, float or bool, maybe nullable, with no default or one
-of its own type or None; no validator, serializer, alias, exclusion, computed field, extras or
-`__init__` of its own) is written in pydantic's JSON mode as exactly the dict that validation
-stores as the instance's `__dict__`: pydantic turns each value into its exact builtin type
-(a `str` subclass, an `IntEnum`, a float given as an int all come out as str, int, float). For
-such a model `EventType` takes that dict as the normal form and skips the serializer and the
-walk for NaN, which only its float fields need (`refuse_non_finite_fields`). Why: the two cost
-~11,000 of the ~97,000 instructions an appended event of a prediction-shaped model costs
-(`bench/writers_instructions.py`), and ~100 dicts an append for the garbage collector to count.
+of its own type or None; no validator, serializer, serialization alias, exclusion, computed
+field, extras or `__init__` of its own) is written in pydantic's JSON mode as exactly the dict
+of its validated fields: pydantic turns each value into its exact builtin type (a `str`
+subclass, an `IntEnum`, a float given as an int all come out as str, int, float). For such a
+model `EventType` validates the data with the fields' own validators in a typed dict (the
+model's config, extra behaviour and validation aliases kept), which makes that dict directly:
+no model instance, no call to the serializer, and the walk for NaN only over the float fields
+(`refuse_non_finite_fields`). Why: callgrind, 100-event appends of a prediction-shaped model,
+97,400 -> 82,600 instructions an event (`bench/writers_instructions.py`), and 200 objects fewer
+an append for the garbage collector to count.
 
-What this relies on, the layout of pydantic's core schema and what its validators store, a
-pydantic upgrade could change: pyproject allows only the minor version CI has run, and
-`tests/store/test_plain_models.py` compares this path with pydantic's serializer, for generated
-models and data, and for each way a model stops being plain. Anything this does not recognise
-takes pydantic's own path.
+What this relies on, the layout of pydantic's core schema and its validators' output, a pydantic
+upgrade could change: pyproject allows only the minor version CI has run, and
+`tests/store/test_plain_models.py` compares this path with the model's own validation and
+serialisation (what each accepts, and what it makes), for generated models and data, and for
+each way a model stops being plain. Anything this does not recognise takes pydantic's own path.
 """
 
 from __future__ import annotations
 
-from functools import cache
+from dataclasses import dataclass
 from math import isfinite
 from operator import itemgetter
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic_core import SchemaValidator, core_schema
 
-__all__ = ["plain_float_fields", "refuse_non_finite_fields"]
+__all__ = ["PlainModel", "plain_model", "refuse_non_finite_fields"]
 
 _SCALARS: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
 _FIELD_KEYS = frozenset({"type", "schema", "metadata", "validation_alias", "frozen"})
@@ -34,23 +37,69 @@ _FIELD_KEYS = frozenset({"type", "schema", "metadata", "validation_alias", "froz
 _NO_DEFAULT = object()
 
 
-@cache
-def plain_float_fields(model: type[BaseModel]) -> tuple[str, ...] | None:
-    """The names of `model`'s float fields when it is plain (see the module), else None.
+@dataclass(frozen=True, slots=True)
+class PlainModel:
+    """How a plain model's data is validated into its normal form, without model instances."""
 
-    Asked once a model, after pydantic built it (a model whose build was deferred has no core
-    schema before its first validation)."""
+    floats: tuple[str, ...]
+    """The float fields: the only ones that can hold NaN or an infinity."""
+    one: SchemaValidator
+    """Validates one dict into a dict of the model's fields, as the model validates them."""
+    many: SchemaValidator
+    """The same for a list of dicts."""
+
+
+_PLAIN: dict[type[BaseModel], PlainModel | None] = {}
+
+
+def plain_model(model: type[BaseModel]) -> PlainModel | None:
+    """The plain-model validators of `model`, or None when it is not plain (see the module).
+
+    Made once a model. Its fields' own core schemas, in a typed dict (the model's config, extra
+    behaviour and aliases kept), validate as the model validates them and make the normal form
+    directly: no instance is built (280 against 600 ns an event of a list of 100, timeit). A
+    model whose build pydantic deferred has no core schema yet: not plain until it has one."""
+    try:
+        return _PLAIN[model]
+    except KeyError:
+        pass
     schema = getattr(model, "__pydantic_core_schema__", None)
-    if type(schema) is not dict or not _plain_model(schema):
+    if type(schema) is not dict:
+        return None  # not built yet: asked again next time
+    _PLAIN[model] = found = _plain_validators(schema)
+    return found
+
+
+def _plain_validators(schema: dict[str, Any]) -> PlainModel | None:
+    if not _plain_model(schema):
         return None
+    model_fields = schema["schema"]
     floats: list[str] = []
-    for name, field in schema["schema"]["fields"].items():
+    fields: dict[str, Any] = {}
+    for name, field in model_fields["fields"].items():
         kind = _plain_field(field)
         if kind is None:
             return None
         if kind is float:
             floats.append(name)
-    return tuple(floats)
+        fields[name] = core_schema.typed_dict_field(
+            field["schema"],
+            required=field["schema"].get("type") != "default",
+            validation_alias=field.get("validation_alias"),
+        )
+    config = schema.get("config")
+    one = core_schema.typed_dict_schema(
+        fields,
+        strict=model_fields.get("strict"),
+        extra_behavior=model_fields.get("extra_behavior"),
+        total=True,
+        config=config,
+    )
+    return PlainModel(
+        tuple(floats),
+        SchemaValidator(one, config),
+        SchemaValidator(core_schema.list_schema(one), config),
+    )
 
 
 def _plain_model(schema: dict[str, Any]) -> bool:
@@ -68,6 +117,8 @@ def _plain_model(schema: dict[str, Any]) -> bool:
         and fields.get("type") == "model-fields"
         and not fields.get("computed_fields")
         and fields.get("extras_schema") is None
+        and fields.get("extras_keys_schema") is None
+        and not fields.get("from_attributes")
         and fields.get("extra_behavior") != "allow"
         and "serialization" not in fields
         and type(fields.get("fields")) is dict

@@ -30,7 +30,7 @@ from pydantic import (
 from trm_store import EventValidationError, NewEvent, Store, register_event_type
 from trm_store.event_types import EventType, refuse_non_finite
 from trm_store.json_codec import same_json
-from trm_store.plain_models import plain_float_fields
+from trm_store.plain_models import plain_model
 
 
 def _serialised(model: type[BaseModel], data: Any) -> dict[str, Any]:
@@ -76,7 +76,9 @@ _VALUES = st.one_of(
     *_KINDS.values(),
     st.floats(),  # NaN and infinities too
     st.none(),
-    st.sampled_from(["7", "1.5", "true", "no", "", "1e400", "nan", _Colour.RED, _Level.HIGH]),
+    st.sampled_from(
+        ["7", "1.5", "true", "no", "", " aB ", "1e400", "nan", _Colour.RED, _Level.HIGH, 10**20]
+    ),
     st.text(max_size=3).map(_Text),
     st.floats(allow_nan=False).map(_Real),
     st.lists(st.integers(), max_size=2),
@@ -84,48 +86,70 @@ _VALUES = st.one_of(
 """What a caller may hand a field: its own type, another, a subclass, text pydantic parses."""
 
 
+_CONSTRAINTS: dict[type, list[dict[str, Any]]] = {
+    str: [{}, {"min_length": 1}, {"max_length": 2}, {"pattern": "^[a-c]*$"}, {"strict": True}],
+    int: [{}, {"ge": 0}, {"lt": 10}, {"multiple_of": 2}, {"strict": True}],
+    float: [{}, {"ge": -1.5}, {"allow_inf_nan": False}, {"strict": True}],
+    bool: [{}, {"strict": True}],
+}
+"""Constraints a plain field may carry: they change what validation takes, not what it makes."""
+
+
 @st.composite
-def _drawn_models(draw: st.DrawFn) -> tuple[type[BaseModel], bool]:
-    """A model of scalar fields, and whether it is plain: it is unless a default is of another
-    type than its field's (which pydantic stores unvalidated and its serializer converts)."""
+def _drawn_models(draw: st.DrawFn) -> tuple[type[BaseModel], bool, dict[str, type]]:
+    """A model of scalar fields, whether it is plain (it is unless a default is of another type
+    than its field's, which pydantic stores unvalidated and its serializer converts), and each
+    field's type."""
     fields: dict[str, Any] = {}
+    kinds: dict[str, type] = {}
     plain = True
     for i in range(draw(st.integers(min_value=1, max_value=5))):
         kind = draw(st.sampled_from(list(_KINDS)))
         nullable = draw(st.booleans())
         annotation: Any = kind | None if nullable else kind
+        constraints = dict(draw(st.sampled_from(_CONSTRAINTS[kind])))
+        if draw(st.booleans()):
+            constraints["validation_alias"] = f"F{i}"
         default = draw(
             st.sampled_from(["required", "own", "other"] + (["none"] if nullable else []))
         )
-        if default == "required":
-            fields[f"f{i}"] = (annotation, ...)
-        elif default == "none":
-            fields[f"f{i}"] = (annotation, None)
+        if default == "none":
+            constraints["default"] = None
         elif default == "own":
-            fields[f"f{i}"] = (annotation, draw(_KINDS[kind]))
-        else:
+            constraints["default"] = draw(_KINDS[kind])
+        elif default == "other":
             other = draw(st.sampled_from([k for k in _KINDS if k is not kind]))
-            fields[f"f{i}"] = (annotation, draw(_KINDS[other]))
+            constraints["default"] = draw(_KINDS[other])
             plain = False
+        fields[f"f{i}"] = (annotation, Field(**constraints))
+        kinds[f"f{i}"] = kind
     config = ConfigDict(
         strict=draw(st.booleans()),
         extra=draw(st.sampled_from(["ignore", "forbid"])),
         allow_inf_nan=draw(st.booleans()),
+        str_strip_whitespace=draw(st.booleans()),
+        str_to_lower=draw(st.booleans()),
+        str_max_length=draw(st.sampled_from([None, 3])),
+        coerce_numbers_to_str=draw(st.booleans()),
+        validate_by_name=draw(st.booleans()),
+        frozen=draw(st.booleans()),
     )
     model: type[BaseModel] = create_model("Drawn", __config__=config, **fields)
-    return model, plain
+    return model, plain, kinds
 
 
 @pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")  # another type's default
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(st.data())
 def test_a_plain_models_normal_form_is_what_pydantic_writes(data: st.DataObject) -> None:
-    model, plain = data.draw(_drawn_models())
-    assert (plain_float_fields(model) is not None) is plain
+    model, plain, kinds = data.draw(_drawn_models())
+    assert (plain_model(model) is not None) is plain
     registered = EventType("test.drawn", model)
     given_data = {
-        name: data.draw(_VALUES)
-        for name in model.model_fields
+        data.draw(st.sampled_from([name, name.upper()])): data.draw(
+            st.one_of(_KINDS[kind], _VALUES)  # half of them of the field's own type
+        )
+        for name, kind in kinds.items()
         if data.draw(st.booleans()) or model.model_fields[name].is_required()
     }
     if data.draw(st.booleans()):
@@ -291,7 +315,7 @@ def test_a_model_that_is_not_plain_is_written_as_pydantic_writes_it(
     registered = EventType("test.not_plain", model)
     normal = registered.validate(data)  # first: a deferred model is built by its validation
     if model.__name__ != "Deferred":
-        assert plain_float_fields(model) is None, model.__name__
+        assert plain_model(model) is None, model.__name__
     _same(normal, _serialised(model, data))
     together = registered.validate_all([data, data])
     assert together is not None
@@ -308,7 +332,8 @@ class _Reading(BaseModel):
 def test_non_finite_floats_of_a_plain_model_are_refused_and_nothing_is_written(
     store: Store,
 ) -> None:
-    assert plain_float_fields(_Reading) == ("value", "spare")
+    plain = plain_model(_Reading)
+    assert plain is not None and plain.floats == ("value", "spare")
     register_event_type("test.reading", _Reading)
     for bad in (math.nan, math.inf, -math.inf):
         for field in ("value", "spare"):
