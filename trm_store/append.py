@@ -10,9 +10,7 @@ version conflict, a retry, an event id used for another event, or the database's
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import chain, repeat
 from typing import Any
 
 from sqlalchemy import Connection
@@ -30,16 +28,13 @@ from trm_store.projection_runner import ProjectionSet
 from trm_store.rows_insert import RowsInsert, insert_rows
 from trm_store.schema import EVENT_COLUMNS, EVENTS
 
-__all__ = ["INSERT_EVENTS", "Appender", "WrittenAppend", "event_rows"]
+__all__ = ["INSERT_EVENTS", "Appender"]
 
 INSERT_EVENTS = RowsInsert("events", EVENT_COLUMNS)
 """The event rows of an append, their values one after another in `EVENT_COLUMNS` order
 (`trm_store.rows_insert`): JSON already serialised, `recorded_at` through its column type's
 `bind_processor`."""
 _ROW_WIDTH = len(INSERT_EVENTS.columns)
-_POSITION, _VERSION, _RECORDED_AT = map(
-    INSERT_EVENTS.columns.index, ("position", "stream_version", "recorded_at")
-)
 
 
 def _everyones(error: StoreError) -> bool:
@@ -74,13 +69,7 @@ class Appender:
 
         A retry of an append that was recorded returns the recorded events; any other use of a
         recorded id raises EventIdConflictError (`trm_store.event_reuse`).
-
-        Its rows are made here, in the caller's thread, before it queues: with several threads
-        appending, the writer's turn is what the others wait for (`trm_store.append_queue`).
         """
-        for item in prepared:
-            item.rows = event_rows(item)
-            item.projected = self._projections.takes_any(item.types)
         return self.queue.append(prepared)
 
     def write_group(self, group: list[QueuedAppend]) -> None:
@@ -107,7 +96,7 @@ class Appender:
                 alone = []
                 for queued, outcome in zip(group, outcomes, strict=True):
                     if not isinstance(outcome, ConcurrencyError):
-                        queued.recorded = outcome.events  # built by its caller
+                        queued.recorded = outcome
                     elif any(item.ids_given for item in queued.prepared):
                         alone.append(queued)  # perhaps recorded already: `_write_alone` tells
                     else:
@@ -125,7 +114,7 @@ class Appender:
             (outcome,) = self._write([prepared])
             if isinstance(outcome, ConcurrencyError):
                 raise outcome
-            return outcome.events()
+            return outcome
         except ConcurrencyError:
             # A stream moved: a retry of a recorded append, when the caller chose its ids.
             if not any(p.ids_given for p in prepared):
@@ -142,9 +131,9 @@ class Appender:
 
     def _write(
         self, appends: Sequence[Sequence[PreparedAppend]]
-    ) -> list[WrittenAppend | ConcurrencyError]:
-        """`appends` in one transaction; each one as written, or the ConcurrencyError that
-        refused it (and wrote none of it)."""
+    ) -> list[list[RecordedEvent] | ConcurrencyError]:
+        """`appends` in one transaction; each one's recorded events, or the ConcurrencyError
+        that refused it (and wrote none of it)."""
         events = sum(len(item.event_ids) for prepared in appends for item in prepared)
         advance = self._projections.advance(events)
         try:
@@ -172,13 +161,9 @@ class Appender:
         checkpoints_moved: int | None,
         events: int,
         appends: Sequence[Sequence[PreparedAppend]],
-    ) -> list[WrittenAppend | ConcurrencyError]:
+    ) -> list[list[RecordedEvent] | ConcurrencyError]:
         """The group's rows under the lock. `checkpoints_moved`: how many checkpoints the
-        backend moved by all `events` with the heads' read (None: `apply_inline` moves them).
-
-        Each append's rows were made before it queued: here they are only numbered, a few
-        slice assignments an append; its RecordedEvents are built here only for what an inline
-        projection takes, and otherwise by its caller after the commit (`WrittenAppend`)."""
+        backend moved by all `events` with the heads' read (None: `apply_inline` moves them)."""
         first_stream = appends[0][0].stream_id
         versions = {first_stream: first_version}
         others = list(
@@ -190,10 +175,10 @@ class Appender:
         now = datetime.now(UTC)
         stored_now = now if self._stored_time is None else self._stored_time(now)
         rows: list[Any] = []  # the rows' values one after another, in column order
-        outcomes: list[WrittenAppend | ConcurrencyError] = []
+        recorded: list[RecordedEvent] = []
+        outcomes: list[list[RecordedEvent] | ConcurrencyError] = []
         for prepared in appends:
-            first_row, first_position = len(rows), position
-            starts: list[int] = []
+            first = len(recorded)
             moved: dict[str, int] = {}
             try:
                 for item in prepared:
@@ -201,22 +186,33 @@ class Appender:
                     current = moved.get(stream_id, versions[stream_id])
                     if item.expected_version is not None and item.expected_version != current:
                         raise ConcurrencyError(stream_id, item.expected_version, current)
-                    count = len(item.event_ids)
-                    values = item.rows if item.rows is not None else event_rows(item)
-                    values[_POSITION::_ROW_WIDTH] = range(position + 1, position + count + 1)
-                    values[_VERSION::_ROW_WIDTH] = range(current + 1, current + count + 1)
-                    values[_RECORDED_AT::_ROW_WIDTH] = [stored_now] * count
-                    rows += values
-                    starts.append(current + 1)
-                    position += count
-                    moved[stream_id] = current + count
+                    for event_id, type_, sv, data, data_json, meta, meta_json in item.columns():
+                        position += 1
+                        current += 1
+                        rows += (
+                            position,
+                            event_id,
+                            stream_id,
+                            current,
+                            type_,
+                            sv,
+                            data_json,
+                            meta_json,
+                            stored_now,
+                        )
+                        recorded.append(
+                            recorded_event(
+                                position, event_id, stream_id, current, type_, sv, data, meta, now
+                            )
+                        )
+                    moved[stream_id] = current
             except ConcurrencyError as refused:  # this append writes nothing; the others go on
-                del rows[first_row:]
-                position = first_position
+                del rows[first * _ROW_WIDTH :], recorded[first:]
+                position = previous_head + first
                 outcomes.append(refused)
                 continue
             versions.update(moved)
-            outcomes.append(WrittenAppend(prepared, first_position + 1, starts, now))
+            outcomes.append(recorded[first:])
         if checkpoints_moved and position != previous_head + events:
             self._projections.move_back(conn, previous_head + events, position)
         if rows:
@@ -226,74 +222,7 @@ class Appender:
                 if "event_id" in str(e.orig):
                     raise _EventIdTaken(e) from e
                 raise
-            projected = [
-                event
-                for written in outcomes
-                if isinstance(written, WrittenAppend)
-                and any(item.projected for item in written.prepared)
-                for event in written.events()
-            ]
             self._projections.apply_inline(
-                conn, previous_head, position, projected, checkpoints_moved
+                conn, previous_head, position, recorded, checkpoints_moved
             )
         return outcomes
-
-
-@dataclass(slots=True)
-class WrittenAppend:
-    """An append as written: where its events were numbered. Its RecordedEvents are built from
-    this when asked (`events`): by its caller, after the commit, unless an inline projection
-    needed them in the write. ~0.25 us an event that the writer does not spend while other
-    threads wait for it (`bench/writers_bench.py`, 10 threads)."""
-
-    prepared: Sequence[PreparedAppend]
-    first_position: int
-    first_versions: list[int]
-    """Each stream part's first version, in `prepared`'s order."""
-    recorded_at: datetime
-    built: list[RecordedEvent] | None = None
-
-    def events(self) -> list[RecordedEvent]:
-        """The recorded events, in position order (built once)."""
-        if self.built is None:
-            built: list[RecordedEvent] = []
-            position = self.first_position
-            for item, version in zip(self.prepared, self.first_versions, strict=True):
-                count = len(item.event_ids)
-                built += map(
-                    recorded_event,
-                    range(position, position + count),
-                    item.event_ids,
-                    repeat(item.stream_id),
-                    range(version, version + count),
-                    item.types,
-                    item.schema_versions,
-                    item.datas,
-                    item.metas,
-                    repeat(self.recorded_at),
-                )
-                position += count
-            self.built = built
-        return self.built
-
-
-def event_rows(item: PreparedAppend) -> list[Any]:
-    """The rows of `item`'s events, their values one after another in column order, with the
-    position, the stream version and `recorded_at` left for the writer to fill in."""
-    count = len(item.event_ids)
-    return list(
-        chain.from_iterable(
-            zip(
-                repeat(None, count),  # position
-                item.event_ids,
-                repeat(item.stream_id, count),
-                repeat(None, count),  # stream_version
-                item.types,
-                item.schema_versions,
-                item.data_jsons,
-                item.meta_jsons,
-                repeat(None, count),  # recorded_at
-                strict=True,
-            )
-        )
-    )

@@ -47,8 +47,7 @@ class QueuedAppend:
     """One caller's append, and once written its outcome: the recorded events or the error."""
 
     prepared: Sequence[PreparedAppend]
-    recorded: list[RecordedEvent] | Callable[[], list[RecordedEvent]] | None = None
-    """The recorded events, or what builds them (called by the caller, in its own thread)."""
+    recorded: list[RecordedEvent] | None = None
     error: Exception | None = None
     abandoned: bool = False
     """Its caller was interrupted before it was decided: no writer takes it up again."""
@@ -120,10 +119,9 @@ class AppendQueue:
                 holders.depth = 0
         if mine.error is not None:
             raise mine.error
-        recorded = mine.recorded
-        if recorded is None:
+        if mine.recorded is None:
             raise StoreError("an append was left undecided: nothing of it was written")
-        return recorded() if callable(recorded) else recorded
+        return mine.recorded
 
     def _queue_and_write(self, mine: QueuedAppend) -> None:
         """Queue `mine` and wait until it is decided or no one is writing; in that case write

@@ -50,12 +50,6 @@ class PreparedAppend:
     meta_jsons: list[str]
     ids_given: bool
     """True when the caller chose any of the event ids (a possible retry)."""
-    rows: list[Any] | None = None
-    """Its events' rows for the insert, made by the appender in the caller's thread before it
-    queues (`trm_store.append.event_rows`): the writer only numbers them."""
-    projected: bool = True
-    """Whether an inline projection takes any of its events' types (the appender says, when it
-    makes `rows`): only then are its RecordedEvents built inside the write."""
 
     @classmethod
     def of(

@@ -6,7 +6,7 @@ it needs a rebuild from the log (`trm_store.projection_rebuild`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 
 from sqlalchemy import Connection, MetaData, Table
@@ -61,10 +61,6 @@ class ProjectionSet:
         for name, p in self.projections.items():
             for event_type in p.event_types:
                 self._subscribers[event_type] = (*self._subscribers.get(event_type, ()), name)
-
-    def takes_any(self, types: Iterable[str]) -> bool:
-        """Whether any projection takes an event of any of `types`."""
-        return not self._subscribers.keys().isdisjoint(types)
 
     def advance(self, events: int) -> CheckpointAdvance | None:
         """The checkpoints' advance by an append of `events` (None: no projection to move)."""
