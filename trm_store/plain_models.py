@@ -76,7 +76,9 @@ def _plain_validators(schema: dict[str, Any]) -> PlainModel | None:
     model_fields = schema["schema"]
     floats: list[str] = []
     fields: dict[str, Any] = {}
-    for name, field in model_fields["fields"].items():
+    # In sorted order: the normal forms' keys are then in the canonical JSON's order, and their
+    # encoder need not sort them (`dumps_json_all(..., keys_sorted=True)`).
+    for name, field in sorted(model_fields["fields"].items()):
         kind = _plain_field(field)
         if kind is None:
             return None

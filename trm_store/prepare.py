@@ -10,7 +10,7 @@ from typing import Any
 
 from trm_store.errors import EventValidationError
 from trm_store.event_ids import check_event_id, new_event_id, new_event_ids
-from trm_store.event_types import event_type, refuse_non_finite, type_name_problem
+from trm_store.event_types import Together, event_type, refuse_non_finite, type_name_problem
 from trm_store.events import NewEvent
 from trm_store.json_codec import dumps_json, dumps_json_all, loads_json
 from trm_store.prepared import PreparedAppend, PreparedEvent
@@ -71,10 +71,11 @@ class AppendPreparer:
             raise EventValidationError(
                 f"stream {stream_id!r}: events must be a non-empty list of NewEvent"
             )
-        together = _validated_together(events)
-        if together is not None:
-            schema_version, normals = together
-            usual = self._usual(stream_id, expected_version, events, schema_version, normals)
+        validated = _validated_together(events)
+        if validated is not None:
+            schema_version, together = validated
+            normals = together.normals
+            usual = self._usual(stream_id, expected_version, events, schema_version, together)
             if usual is not None:
                 return usual
             # The caller chose ids (a retry, most likely) or meta: each event is looked at.
@@ -96,17 +97,18 @@ class AppendPreparer:
         expected_version: int | None,
         events: Sequence[NewEvent],
         schema_version: int,
-        normals: list[dict[str, Any]],
+        together: Together,
     ) -> PreparedAppend | None:
         """The append of `events` (of one type, validated together: their normal forms
-        `normals`) when none has an id or meta of its own, which is what most appends of many
+        `together`) when none has an id or meta of its own, which is what most appends of many
         events are: their ids drawn at once, their meta the origin, their JSON serialised in one
         loop. None otherwise, or when any data is not JSON (`_validated` then says which)."""
         for new in events:
             if new.event_id is not None or new.meta is not None:
                 return None
+        normals = together.normals
         try:
-            data_jsons = dumps_json_all(normals, what="data")
+            data_jsons = dumps_json_all(normals, what="data", keys_sorted=together.keys_sorted)
         except EventValidationError:
             return None
         count = len(events)
@@ -174,11 +176,11 @@ def _meta_json(meta: dict[str, Any], event_type_name: str) -> str:
     return dumps_json(meta, what=what)
 
 
-def _validated_together(events: Sequence[Any]) -> tuple[int, list[dict[str, Any]]] | None:
+def _validated_together(events: Sequence[Any]) -> tuple[int, Together] | None:
     """The schema version of the events' type and the normal forms of their data, validated in
-    one call (`EventType.validate_all`), when they are two or more NewEvents of one registered
-    type whose data are plain dicts (an append of predictions, of LLM calls); otherwise None,
-    and each event is validated alone."""
+    one call (`EventType.validate_together`), when they are two or more NewEvents of one
+    registered type whose data are plain dicts (an append of predictions, of LLM calls);
+    otherwise None, and each event is validated alone."""
     if len(events) < 2 or type(first := events[0]) is not NewEvent:
         return None
     kind = first.type
@@ -189,8 +191,8 @@ def _validated_together(events: Sequence[Any]) -> tuple[int, list[dict[str, Any]
         registered = event_type(kind)
     except EventValidationError:
         return None  # each event's own check says so
-    normals = registered.validate_all([new.data for new in events])
-    return None if normals is None else (registered.schema_version, normals)
+    together = registered.validate_together([new.data for new in events])
+    return None if together is None else (registered.schema_version, together)
 
 
 def prepared_append(

@@ -69,6 +69,33 @@ def test_dumps_json_all_writes_and_refuses_what_dumps_json_does_one_by_one(
     )
 
 
+def _keys_sorted(value: Any) -> Any:
+    """`value` with every dict built in sorted key order."""
+    if isinstance(value, dict):
+        return {key: _keys_sorted(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_keys_sorted(item) for item in value]
+    return value
+
+
+@given(st.lists(ANY_VALUES.map(_keys_sorted), max_size=6))
+@example([{"a": {"c": None, "d": []}, "b": 1}])
+def test_values_whose_keys_are_in_order_are_written_the_same_without_the_sort(
+    values: list[Any],
+) -> None:
+    """`keys_sorted=True` (a plain model's normal forms) skips the encoder's sort: the same
+    texts, and the same refusals."""
+    assert _dumped(lambda: dumps_json_all(values, what="data", keys_sorted=True)) == _dumped(
+        lambda: dumps_json_all(values, what="data")
+    )
+
+
+def test_an_unsorted_c_encoder_that_writes_other_text_is_not_used() -> None:
+    assert json_codec._chunks_in_order is not None  # this Python's, probed at import
+    assert json_codec._unsorted_chunks(_spaced, json_codec._encode) is None
+    assert json_codec._unsorted_chunks(_new_arguments, json_codec._encode) is None
+
+
 def _cyclic() -> list[Any]:
     cycle: list[Any] = []
     cycle.append(cycle)

@@ -29,7 +29,7 @@ from pydantic import (
 
 from trm_store import EventValidationError, NewEvent, Store, register_event_type
 from trm_store.event_types import EventType, refuse_non_finite
-from trm_store.json_codec import same_json
+from trm_store.json_codec import dumps_json_all, same_json
 from trm_store.plain_models import plain_model
 
 
@@ -164,11 +164,23 @@ def test_a_plain_models_normal_form_is_what_pydantic_writes(data: st.DataObject)
         assert registered.validate_all([given_data, given_data]) is None
         return
     _same(registered.validate(given_data), reference)
-    together = registered.validate_all([given_data, dict(given_data)])
-    assert together is not None and len(together) == 2
-    for normal in together:
+    together = registered.validate_together([given_data, dict(given_data)])
+    assert together is not None and len(together.normals) == 2
+    for normal in together.normals:
         _same(normal, reference)
-    assert together[0] is not together[1]
+    assert together.normals[0] is not together.normals[1]
+    # A plain model's keys come in sorted order: its JSON is written without a sort, the same.
+    assert together.keys_sorted is plain
+    if plain:
+        assert all(list(normal) == sorted(normal) for normal in together.normals)
+        assert _texts(together.normals, keys_sorted=True) == _texts(together.normals)
+
+
+def _texts(values: list[Any], keys_sorted: bool = False) -> list[str] | type[Exception]:
+    try:
+        return dumps_json_all(values, what="data", keys_sorted=keys_sorted)
+    except EventValidationError as e:  # NUL, a lone surrogate: refused either way
+        return type(e)
 
 
 def _not_plain_models() -> list[tuple[type[BaseModel], dict[str, Any]]]:
@@ -333,7 +345,7 @@ def test_non_finite_floats_of_a_plain_model_are_refused_and_nothing_is_written(
     store: Store,
 ) -> None:
     plain = plain_model(_Reading)
-    assert plain is not None and plain.floats == ("value", "spare")
+    assert plain is not None and plain.floats == ("spare", "value")
     register_event_type("test.reading", _Reading)
     for bad in (math.nan, math.inf, -math.inf):
         for field in ("value", "spare"):
