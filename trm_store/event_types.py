@@ -12,7 +12,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from functools import cache
 from itertools import chain
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -20,7 +19,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from trm_store.errors import EventValidationError
-from trm_store.plain_models import plain_model, refuse_non_finite_fields
+from trm_store.plain_models import SchemaCache, plain_model, refuse_non_finite_fields
 from trm_store.vocabulary import text_problem
 
 __all__ = [
@@ -226,13 +225,16 @@ _FIELD_VALUES = attrgetter("__dict__")
 """A model instance's fields (its extras are apart, in `__pydantic_extra__`)."""
 
 
-@cache
-def _list_of(model: type[BaseModel]) -> TypeAdapter[list[Any]] | None:
-    """A list of `model`, built once per model (None if pydantic cannot build it)."""
+def _adapter_of(model: type[BaseModel], schema: object) -> TypeAdapter[list[Any]] | None:
+    """A list of `model` (None if pydantic cannot build it)."""
     try:
         return TypeAdapter(list[model])  # type: ignore[valid-type]
     except Exception:
         return None
+
+
+_list_of = SchemaCache(_adapter_of)
+"""A list of each model, built once per model and core schema (`SchemaCache`)."""
 
 
 _REGISTRY: dict[str, EventType] = {}

@@ -21,15 +21,18 @@ each way a model stops being plain. Anything this does not recognise takes pydan
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from math import isfinite
 from operator import itemgetter
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 from pydantic_core import SchemaValidator, core_schema
 
-__all__ = ["PlainModel", "plain_model", "refuse_non_finite_fields"]
+__all__ = ["PlainModel", "SchemaCache", "plain_model", "refuse_non_finite_fields"]
+
+T = TypeVar("T")
 
 _SCALARS: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
 _FIELD_KEYS = frozenset({"type", "schema", "metadata", "validation_alias", "frozen"})
@@ -49,25 +52,36 @@ class PlainModel:
     """The same for a list of dicts."""
 
 
-_PLAIN: dict[type[BaseModel], PlainModel | None] = {}
+class SchemaCache(Generic[T]):
+    """What is built from a model, once per model and core schema: built again when pydantic
+    rebuilds the model (`model_rebuild` gives it a new core schema, a deferred build its
+    first), so a model changed and rebuilt is never validated by what was built from its old
+    schema. The models are held, as the registry of event types holds them."""
+
+    def __init__(self, build: Callable[[type[BaseModel], object], T]) -> None:
+        self._build = build
+        self._made: dict[type[BaseModel], tuple[object, T]] = {}
+
+    def __call__(self, model: type[BaseModel]) -> T:
+        schema = getattr(model, "__pydantic_core_schema__", None)
+        made = self._made.get(model)
+        if made is not None and made[0] is schema:
+            return made[1]
+        value = self._build(model, schema)
+        self._made[model] = (schema, value)
+        return value
 
 
-def plain_model(model: type[BaseModel]) -> PlainModel | None:
-    """The plain-model validators of `model`, or None when it is not plain (see the module).
+def _plain_of(model: type[BaseModel], schema: object) -> PlainModel | None:
+    return _plain_validators(schema) if type(schema) is dict else None
 
-    Made once a model. Its fields' own core schemas, in a typed dict (the model's config, extra
-    behaviour and aliases kept), validate as the model validates them and make the normal form
-    directly: no instance is built (280 against 600 ns an event of a list of 100, timeit). A
-    model whose build pydantic deferred has no core schema yet: not plain until it has one."""
-    try:
-        return _PLAIN[model]
-    except KeyError:
-        pass
-    schema = getattr(model, "__pydantic_core_schema__", None)
-    if type(schema) is not dict:
-        return None  # not built yet: asked again next time
-    _PLAIN[model] = found = _plain_validators(schema)
-    return found
+
+plain_model = SchemaCache(_plain_of)
+"""The plain-model validators of a model, or None when it is not plain (see the module), or not
+built yet (pydantic deferred its build). Their fields' own core schemas, in a typed dict (the
+model's config, extra behaviour and aliases kept), validate as the model validates them and
+make the normal form directly: no instance is built (280 against 600 ns an event of a list of
+100, timeit)."""
 
 
 def _plain_validators(schema: dict[str, Any]) -> PlainModel | None:

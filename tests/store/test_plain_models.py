@@ -363,3 +363,40 @@ def test_non_finite_floats_of_a_plain_model_are_refused_and_nothing_is_written(
     assert recorded[0].data == {"sensor": "a", "value": 1.0, "spare": None}
     assert type(recorded[0].data["value"]) is float
     assert store.read_stream("s")[0].data == recorded[0].data
+
+
+def _rebuilt_stricter(model: type[BaseModel]) -> None:
+    model.model_config["strict"] = True
+    model.model_config["str_strip_whitespace"] = True
+    model.model_rebuild(force=True)
+
+
+def test_a_model_changed_and_rebuilt_is_validated_by_its_new_schema() -> None:
+    """Found by review: what was built from a model's schema (the plain path's validators, the
+    list adapter of the others) was kept after `model_rebuild(force=True)`, so the store took
+    data the rebuilt model refuses and wrote what it no longer makes."""
+
+    class Reading(BaseModel):
+        name: str
+        count: int
+
+    class Checked(BaseModel):  # not plain: validated through the list adapter
+        name: str
+        count: int
+
+        @field_validator("count")
+        @classmethod
+        def _positive(cls, value: int) -> int:
+            return abs(value)
+
+    for model in (Reading, Checked):
+        registered = EventType("test.rebuilt", model)
+        assert registered.validate({"name": " a ", "count": "1"})["count"] == 1
+        assert registered.validate_all([{"name": " a ", "count": "1"}] * 2) is not None
+        _rebuilt_stricter(model)
+        with pytest.raises(EventValidationError, match="count"):
+            registered.validate({"name": " b ", "count": "2"})
+        assert registered.validate_all([{"name": " b ", "count": "2"}] * 2) is None
+        assert registered.validate({"name": " c ", "count": 3})["name"] == "c"
+        together = registered.validate_all([{"name": " c ", "count": 3}] * 2)
+        assert together is not None and [n["name"] for n in together] == ["c", "c"]
