@@ -208,9 +208,8 @@ register_event_type("test.unprojected", _Unprojected)
 @pytest.mark.parametrize("kind", ["test.added", "test.unprojected"])
 def test_threads_appending_at_once_each_get_exactly_their_outcome(store: Store, kind: str) -> None:
     """8 threads, 5 streams, expected versions from reads that go stale: whatever was grouped,
-    each append that returned is in the log as returned, each refused one is nowhere in it.
-    Events a projection takes have their RecordedEvents built in the write; the others have
-    them built by their callers, after the commit: both are what the log holds."""
+    each append that returned is in the log as returned, each refused one is nowhere in it;
+    for events an inline projection takes and for events none takes."""
     returned: list[list[RecordedEvent]] = []
     refused: list[list[str]] = []
     lock = threading.Lock()
