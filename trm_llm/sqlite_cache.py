@@ -45,6 +45,8 @@ _UPSERT = (
     "expires_at = excluded.expires_at"
 )
 _PURGE = f"DELETE FROM {_TABLE} WHERE expires_at <= ?"
+_WAL_RETRY_S = 0.002
+"""The pause before `_use_wal` tries the switch to WAL again."""
 
 
 class SqliteResponseCache(StoredResponseCache):
@@ -106,10 +108,27 @@ class SqliteResponseCache(StoredResponseCache):
             if not self._schema_ready:
                 with self._schema_lock:
                     if not self._schema_ready:
-                        conn.execute("PRAGMA journal_mode=WAL")
+                        self._use_wal(conn)
                         conn.executescript(_SCHEMA)
                         self._schema_ready = True
         except BaseException:
             conn.close()
             raise
         return conn
+
+    def _use_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch the file to WAL (a no-op once it is), waiting up to the busy timeout.
+
+        SQLite refuses the switch at once with SQLITE_BUSY, without its busy handler, while
+        another connection holds the write lock on a file not in WAL yet: processes that open a
+        new cache together (tests/llm/test_cache_contract.py). So a refused switch is tried again.
+        """
+        deadline = time.monotonic() + self._busy_timeout_s
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if e.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                    raise
+            time.sleep(_WAL_RETRY_S)

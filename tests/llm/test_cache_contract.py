@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -340,6 +341,28 @@ async def test_sqlite_write_blocked_by_another_writer_is_reported(tmp_path: Path
         other.close()
     [event] = sink.of("cache_write_failed")
     assert event["error"] == "OperationalError" and "locked" in event["detail"]
+
+
+async def test_sqlite_new_file_waits_for_a_writer_that_holds_it(tmp_path: Path) -> None:
+    """Found in CI (test_sqlite_several_processes_write_at_once, one run in many): processes
+    opening a new cache file together. The switch to WAL is refused at once, without SQLite's
+    busy handler, while another connection holds the write lock on a file not in WAL yet; the
+    first write then failed with "database is locked". It waits now, up to the busy timeout."""
+    path = tmp_path / "cache.db"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("CREATE TABLE before_the_cache (x)")  # the file exists, not in WAL yet
+    other.execute("BEGIN IMMEDIATE")
+    sink = ListSink()
+    cache = SqliteResponseCache(path, ttl_s=60, sink=sink, busy_timeout_s=10)
+    release = threading.Timer(0.3, other.execute, ("COMMIT",))
+    release.start()
+    try:
+        assert await cache.set(KEY, ANSWER) is True
+    finally:
+        release.join()
+        other.close()
+    assert sink.of("cache_write_failed") == []
+    assert await cache.get(KEY) == ANSWER
 
 
 async def test_sqlite_purges_expired_rows_on_write(tmp_path: Path) -> None:
