@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError, SQLAlchemyError
 
+from trm_store.append_heads import AppendHeads
 from trm_store.append_queue import AppendQueue, QueuedAppend
 from trm_store.backend import Backend, reading, store_error
 from trm_store.driver import bind_processor
@@ -134,11 +135,9 @@ class Appender:
     ) -> list[list[RecordedEvent] | ConcurrencyError]:
         """`appends` in one transaction; each one's recorded events, or the ConcurrencyError
         that refused it (and wrote none of it)."""
-        events = sum(len(item.event_ids) for prepared in appends for item in prepared)
-        advance = self._projections.advance(events)
         try:
-            with self._backend.append_transaction(appends[0][0].stream_id, advance) as started:
-                return self._write_locked(*started, events, appends)
+            with self._backend.append_transaction(appends[0][0].stream_id) as started:
+                return self._write_locked(*started, appends)
         except SQLAlchemyError as e:
             raise store_error(self._backend, e) from e
 
@@ -156,16 +155,13 @@ class Appender:
     def _write_locked(
         self,
         conn: Connection,
-        previous_head: int,
-        first_version: int,
-        checkpoints_moved: int | None,
-        events: int,
+        read: AppendHeads,
         appends: Sequence[Sequence[PreparedAppend]],
     ) -> list[list[RecordedEvent] | ConcurrencyError]:
-        """The group's rows under the lock. `checkpoints_moved`: how many checkpoints the
-        backend moved by all `events` with the heads' read (None: `apply_inline` moves them)."""
+        """The group's rows under the lock, from what the backend `read` under it."""
+        previous_head = read.log_head
         first_stream = appends[0][0].stream_id
-        versions = {first_stream: first_version}
+        versions = {first_stream: read.stream_version}
         others = list(
             {item.stream_id: None for a in appends for item in a if item.stream_id != first_stream}
         )
@@ -213,16 +209,13 @@ class Appender:
                 continue
             versions.update(moved)
             outcomes.append(recorded[first:])
-        if checkpoints_moved and position != previous_head + events:
-            self._projections.move_back(conn, previous_head + events, position)
         if rows:
+            following = self._projections.follow(conn, read.checkpoints, previous_head)
             try:
                 insert_rows(conn, INSERT_EVENTS, rows)
             except IntegrityError as e:
                 if "event_id" in str(e.orig):
                     raise _EventIdTaken(e) from e
                 raise
-            self._projections.apply_inline(
-                conn, previous_head, position, recorded, checkpoints_moved
-            )
+            self._projections.apply_inline(conn, recorded, following)
         return outcomes

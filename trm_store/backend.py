@@ -10,18 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Literal, NamedTuple, Protocol
+from typing import Literal, Protocol
 
 from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from trm_store.append_heads import AppendHeads
 from trm_store.errors import StoreError
 from trm_store.rebuild_lock import RebuildLock
 
 __all__ = [
     "AppendStart",
     "Backend",
-    "CheckpointAdvance",
     "Durability",
     "reading",
     "store_error",
@@ -31,21 +31,9 @@ __all__ = [
 Durability = Literal["normal", "full"]
 
 
-class CheckpointAdvance(NamedTuple):
-    """What an append does to the checkpoints: those of this code's projections (`versions`:
-    each one's name and version) that are at the log's head move on by `events`.
-
-    A backend may do it in the statement that reads the heads under the append lock (PostgreSQL:
-    no round trip of its own) and say how many moved; otherwise `apply_inline` does it after the
-    insert."""
-
-    versions: tuple[tuple[str, int], ...]
-    events: int
-
-
-AppendStart = tuple[Connection, int, int, int | None]
-"""What `Backend.append_transaction` yields: the connection, the log's head, the first stream's
-version, and how many checkpoints it moved (None: none, the caller moves them)."""
+AppendStart = tuple[Connection, AppendHeads]
+"""What `Backend.append_transaction` yields: the connection, and what it read under the lock
+(`trm_store.append_heads`)."""
 
 
 class Backend(Protocol):
@@ -60,14 +48,11 @@ class Backend(Protocol):
         """A transaction that holds the store's single writer lock until it ends (on `conn`,
         a connection of the caller's own, when given)."""
 
-    def append_transaction(
-        self, stream_id: str, advance: CheckpointAdvance | None
-    ) -> AbstractContextManager[AppendStart]:
+    def append_transaction(self, stream_id: str) -> AbstractContextManager[AppendStart]:
         """`write_transaction` for an append, whose statements go to the driver
         (`trm_store.driver`): the backend may skip SQLAlchemy's own transaction bookkeeping. It
-        yields the connection with the log's head and `stream_id`'s version, read under the
-        lock (`trm_store.log.heads`), and how many checkpoints it moved by `advance` in that
-        read (None when it left them to the caller)."""
+        yields the connection with the log's head, `stream_id`'s version and the projections'
+        checkpoint rows, read under the lock (`trm_store.append_heads`)."""
 
     def rebuild_lock(self, *, wait: bool) -> AbstractContextManager[RebuildLock | None]:
         """Own the store's projection rebuilds for the block (`trm_store.rebuild_lock`): None

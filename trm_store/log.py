@@ -18,12 +18,10 @@ from trm_store.schema import EVENT_COLUMNS
 from trm_store.vocabulary import INT64_MAX
 
 __all__ = [
-    "HEADS",
     "LogBatch",
     "events_after",
     "events_by_id",
     "head",
-    "heads",
     "log_batch",
     "read_batches",
     "stream_events",
@@ -98,28 +96,14 @@ _HEAD = text("SELECT coalesce(max(position), 0) FROM events")
 _STREAM_HEAD = DriverSql("SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :s")
 
 
-HEADS = DriverSql(
-    "SELECT (SELECT coalesce(max(position), 0) FROM events),"
-    " (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :s)"
-)
-
-
-def heads(conn: Connection, stream_id: str) -> tuple[int, int]:
-    """(the log's head, the stream's version) in one round trip: an append needs both.
-
-    Sent straight to the driver: it runs in every append (see `trm_store.driver`).
-    """
-    ((log_head, stream_version),) = fetch_all(conn, HEADS, {"s": stream_id})
-    return int(log_head), int(stream_version)
-
-
 def head(conn: Connection) -> int:
     """The last position in the log (0 when empty)."""
     return int(conn.execute(_HEAD).scalar_one())
 
 
 def stream_head(conn: Connection, stream_id: str) -> int:
-    """The stream's current version (0 when it does not exist); on the driver, as `heads`."""
+    """The stream's current version (0 when it does not exist), sent to the driver as an
+    append's heads are (`trm_store.append_heads`)."""
     ((version,),) = fetch_all(conn, _STREAM_HEAD, {"s": stream_id})
     return int(version)
 

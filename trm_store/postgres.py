@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
-import psycopg.sql
 from sqlalchemy import URL, Connection, Engine, Table, create_engine, event, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
-from trm_store.backend import AppendStart, CheckpointAdvance
+from trm_store.append_heads import HEADS_PREPARABLE, append_heads
+from trm_store.backend import AppendStart
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
 from trm_store.postgres_read_only import guard_read_only
@@ -40,10 +40,14 @@ _READ_ONLY = "-c default_transaction_read_only=on"
 # function given NULL would lock nothing.
 _LOCK = f"pg_advisory_xact_lock({APPEND_LOCK_NAMESPACE}, hashtext(coalesce(current_schema(), '')))"
 _APPEND_LOCK = f"SELECT {_LOCK}"
-_HEADS_STATEMENT = "trm_append_heads"
-_APPEND_LOCK_NOTIFY_AND_HEADS = (
-    f"SELECT {_LOCK}, {NOTIFY_APPENDED}; EXECUTE {_HEADS_STATEMENT}(%(s)s, %(events)s)"
+_LOCK_AND_NOTIFY = Prepared(
+    "trm_append_lock", f"PREPARE trm_append_lock AS SELECT {_LOCK}, {NOTIFY_APPENDED}"
 )
+_HEADS = Prepared("trm_append_heads", f"PREPARE trm_append_heads(text) AS {HEADS_PREPARABLE}")
+_APPEND_START = f"EXECUTE {_LOCK_AND_NOTIFY.name}; EXECUTE {_HEADS.name}(%(s)s)"
+"""Two statements, each prepared once per writer connection: sent as text they would be parsed
+and planned at every append (callgrind of the server, 1-event appends: the lock's SELECT alone
+cost ~27,000 instructions an append as text)."""
 _UNDEFINED_TABLE = "42P01"
 
 
@@ -75,7 +79,6 @@ class PostgresBackend:
         )
         event.listen(self.engine, "do_executemany", copy_rows)  # an append's COPY
         self._writers = PostgresWriters(self.engine, WRITER_SLOTS)
-        self._heads_sql: Prepared | None = None
         if read_only:
             guard_read_only(self.engine, self.describe())
 
@@ -85,56 +88,19 @@ class PostgresBackend:
         return self._locked(_APPEND_LOCK, conn)
 
     @contextmanager
-    def append_transaction(
-        self, stream_id: str, advance: CheckpointAdvance | None
-    ) -> Iterator[AppendStart]:
+    def append_transaction(self, stream_id: str) -> Iterator[AppendStart]:
         """`write_transaction`, which also wakes subscribers (`trm_store.wakeups`) and reads
-        the heads, all in the round trip of `BEGIN` (`trm_store.postgres_writers`): the
-        statement that takes the lock queues the notification too (PostgreSQL delivers it at
-        commit, and never for an append that rolls back); the next one, with a snapshot of its
-        own taken once the lock is held, reads the heads and moves the checkpoints at the log's
-        head by the append's events. That read is a statement each writer connection prepares
-        once (`_heads_statement`): sent as text it would be planned at every append, which
-        costs more than the round trip it saves. Every statement goes through SQLAlchemy's
-        execution path (so `handle_error`, echo and disconnect invalidation see them)."""
+        the heads and the projections' rows (`trm_store.append_heads`), all in the round trip
+        of `BEGIN` (`trm_store.postgres_writers`): the statement that takes the lock queues the
+        notification too (PostgreSQL delivers it at commit, and never for an append that rolls
+        back); the next one, with a snapshot of its own taken once the lock is held, reads.
+        Every statement goes through SQLAlchemy's execution path (so `handle_error`, echo and
+        disconnect invalidation see them)."""
         self._refuse_if_read_only()
         with self._writers.transaction(
-            _APPEND_LOCK_NOTIFY_AND_HEADS,
-            {"s": stream_id, "events": 0 if advance is None else advance.events},
-            prepare=self._heads_statement(advance),
+            _APPEND_START, {"s": stream_id}, prepare=(_LOCK_AND_NOTIFY, _HEADS)
         ) as (conn, rows):
-            ((log_head, version, moved),) = rows
-            yield conn, int(log_head), int(version), None if advance is None else int(moved)
-
-    def _heads_statement(self, advance: CheckpointAdvance | None) -> Prepared:
-        """`PREPARE` of the heads' read (the log's head, the stream's version, and how many
-        checkpoints it moved, with the checkpoints' `UPDATE` in a data-modifying CTE when there
-        are projections). Built once per store (its projections do not change)."""
-        if self._heads_sql is None:
-            moved = "SELECT 0 WHERE $2 IS NULL"  # $2 (the events) unused without projections
-            if advance is not None:
-                current = psycopg.sql.SQL(" OR ").join(
-                    psycopg.sql.SQL("(name = {} AND version = {})").format(name, version)
-                    for name, version in advance.versions
-                )
-                moved = (
-                    psycopg.sql.SQL(
-                        "UPDATE projection_state SET checkpoint = h.head + $2 FROM h"
-                        " WHERE checkpoint = h.head AND ({}) RETURNING 1"
-                    )
-                    .format(current)
-                    .as_string()
-                )
-            self._heads_sql = Prepared(
-                _HEADS_STATEMENT,
-                f"PREPARE {_HEADS_STATEMENT}(text, bigint) AS"
-                " WITH h AS (SELECT coalesce(max(position), 0) AS head FROM events),"
-                f" moved AS ({moved})"
-                " SELECT h.head,"
-                " (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = $1),"
-                " (SELECT count(*) FROM moved) FROM h",
-            )
-        return self._heads_sql
+            yield conn, append_heads(rows)
 
     @contextmanager
     def _locked(self, lock: str, conn: Connection | None = None) -> Iterator[Connection]:

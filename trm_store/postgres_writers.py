@@ -85,12 +85,13 @@ class PostgresWriters:
         first: str,
         params: Mapping[str, Any] | None = None,
         *,
-        prepare: Prepared | None = None,
+        prepare: Sequence[Prepared] = (),
     ) -> Iterator[tuple[Connection, Sequence[Sequence[Any]]]]:
         """A READ COMMITTED transaction whose first statements are `first` (`;`-separated SQL,
         with `params` in psycopg's `%(name)s` style), and the rows of the last of them;
-        committed when the block ends, rolled back if it raises. `prepare` (a statement that
-        `first` executes) is prepared first on a connection whose session does not have it."""
+        committed when the block ends, rolled back if it raises. `prepare` (statements that
+        `first` executes) are prepared first on a connection whose session does not have
+        them."""
         with self._slots:
             conn, connection, rows = self._begun(first, params, prepare)
             raw = _driver_connection(connection)  # an invalidation forgets it: still to close
@@ -111,7 +112,7 @@ class PostgresWriters:
                 self._put_back(conn, connection, raw)
 
     def _begun(
-        self, first: str, params: Mapping[str, Any] | None, prepare: Prepared | None
+        self, first: str, params: Mapping[str, Any] | None, prepare: Sequence[Prepared]
     ) -> tuple[Connection, PoolProxiedConnection, Sequence[Sequence[Any]]]:
         kept = self._take()
         if kept is not None:
@@ -130,7 +131,7 @@ class PostgresWriters:
         connection: PoolProxiedConnection,
         first: str,
         params: Mapping[str, Any] | None,
-        prepare: Prepared | None,
+        prepare: Sequence[Prepared],
     ) -> tuple[Connection, PoolProxiedConnection, Sequence[Sequence[Any]]]:
         # A new `Connection` per transaction: it reads the engine's echo and logging as they
         # are now, as one from the pool would.
@@ -143,8 +144,8 @@ class PostgresWriters:
             if params is not None:
                 sql = psycopg.ClientCursor(raw).mogrify(sql, params)
             conn.begin()
-            if prepare is not None:
-                _ensure_prepared(conn, connection, prepare)
+            for statement in prepare:
+                _ensure_prepared(conn, connection, statement)
             # Only this statement's cursor moves to the last result: a caller's own statements
             # in the transaction (`write_transaction`) get psycopg's usual cursor.
             default_cursor, raw.cursor_factory = raw.cursor_factory, _LastResultCursor

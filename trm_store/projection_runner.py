@@ -11,12 +11,18 @@ from contextlib import AbstractContextManager
 
 from sqlalchemy import Connection, MetaData, Table
 
-from trm_store.backend import CheckpointAdvance
-from trm_store.driver import DriverSql, execute
+from trm_store.append_heads import CheckpointRow
+from trm_store.driver import DriverSql, execute_many
 from trm_store.errors import StoreError
 from trm_store.events import RecordedEvent
 from trm_store.log import events_after, head
-from trm_store.projection_state import ProjectionStatus, of_types, set_status, statuses
+from trm_store.projection_state import (
+    FOLLOWING,
+    ProjectionStatus,
+    of_types,
+    set_status,
+    statuses,
+)
 from trm_store.projections import Projection
 
 __all__ = ["Progress", "ProjectionSet", "WriteTransaction", "requested", "require_known"]
@@ -24,6 +30,9 @@ __all__ = ["Progress", "ProjectionSet", "WriteTransaction", "requested", "requir
 WriteTransaction = Callable[[], AbstractContextManager[Connection]]
 Progress = Callable[[int], None]
 """Called with the number of events just processed, once per batch."""
+_SET_CHECKPOINT = DriverSql(
+    "UPDATE projection_state SET checkpoint = :checkpoint WHERE name = :name"
+)
 
 
 class ProjectionSet:
@@ -34,69 +43,44 @@ class ProjectionSet:
         self.live: dict[str, dict[str, Table]] = {
             name: p.define(MetaData(), "") for name, p in self.projections.items()
         }
-        # Built once and sent straight to the driver, with the projections' names and versions
-        # rendered into the SQL: it runs in every append (on SQLite; PostgreSQL moves them with
-        # the heads' read). Each projection's version is matched by a CASE on its name, not an
-        # OR of (name = .. AND version = ..) pairs, which SQLite plans as a MULTI-INDEX OR: a
-        # primary-key search per projection, a set of their rowids, then each row fetched. The
-        # CASE is no index term, so SQLite scans the table's rows, each tried against the WHEN
-        # list in turn: raw sqlite3, 7 projections (trm's domain), 10.0 against 19.3 us of CPU
-        # an append; 20 projections 6.9 against 10.1 in memory; even at ~75, and twice the
-        # OR's cost at 200. A row-value IN (VALUES ...) list costs as much as the OR at 7.
-        current = " ".join(
-            f"WHEN :name_{i} THEN version = :version_{i}" for i in range(len(self.projections))
-        )
-        literals: dict[str, str | int] = {}
-        for i, (name, p) in enumerate(self.projections.items()):
-            literals[f"name_{i}"] = name
-            literals[f"version_{i}"] = p.version
-        self._versions = tuple((name, p.version) for name, p in self.projections.items())
-        self._advance = DriverSql(
-            "UPDATE projection_state SET checkpoint = :new_head "
-            f"WHERE checkpoint = :previous_head AND CASE name {current} ELSE false END",
-            literals,
-        )
+        self._versions = {name: p.version for name, p in self.projections.items()}
         self._subscribers: dict[str, tuple[str, ...]] = {}
         """Event type -> the projections that take it, in registration order."""
         for name, p in self.projections.items():
             for event_type in p.event_types:
                 self._subscribers[event_type] = (*self._subscribers.get(event_type, ()), name)
 
-    def advance(self, events: int) -> CheckpointAdvance | None:
-        """The checkpoints' advance by an append of `events` (None: no projection to move)."""
-        if not self.projections:
-            return None
-        return CheckpointAdvance(self._versions, events)
+    def follow(self, conn: Connection, rows: Sequence[CheckpointRow], log_head: int) -> set[str]:
+        """The projections that apply an append inline, from every projection's row read
+        under the writer lock with the log's head (`trm_store.append_heads`).
 
-    def move_back(self, conn: Connection, moved_to: int, written_to: int) -> None:
-        """The checkpoints a backend moved to `moved_to` with the heads' read, where the append
-        wrote less (an append of the group refused): to `written_to`."""
-        execute(conn, self._advance, {"new_head": written_to, "previous_head": moved_to})
+        Those of this code (same name and version) that follow the log (`FOLLOWING`), or whose
+        checkpoint is at the head (caught up or rebuilt since), do; the latter are marked as
+        following. A row that follows the log but is not this code's (another version, or a
+        projection this store does not run) is set to the head: the log moves past it now.
+        Every append but the first after such a change writes no row."""
+        following: set[str] = set()
+        changed: list[dict[str, int | str]] = []
+        for name, version, checkpoint in rows:
+            ours = self._versions.get(name) == version
+            if checkpoint == FOLLOWING:
+                if ours:
+                    following.add(name)
+                else:
+                    changed.append({"name": name, "checkpoint": log_head})
+            elif ours and checkpoint == log_head:
+                following.add(name)
+                changed.append({"name": name, "checkpoint": FOLLOWING})
+        if changed:
+            execute_many(conn, _SET_CHECKPOINT, changed)
+        return following
 
     def apply_inline(
-        self,
-        conn: Connection,
-        previous_head: int,
-        new_head: int,
-        events: Sequence[RecordedEvent],
-        moved: int | None = None,
+        self, conn: Connection, events: Sequence[RecordedEvent], following: Collection[str]
     ) -> None:
-        """Advance every projection that was current at `previous_head` by `events` (`moved`:
-        how many the backend advanced already, with the heads' read)."""
-        if not self.projections:
+        """Apply `events` to each projection that takes any of them among `following`."""
+        if not following:
             return
-        if moved is None:
-            moved = execute(
-                conn, self._advance, {"new_head": new_head, "previous_head": previous_head}
-            )
-        if moved == len(self.projections):  # the common case: every projection was current
-            advanced: Collection[str] = self.projections
-        else:
-            advanced = {
-                name
-                for name, status in statuses(conn).items()
-                if status.checkpoint == new_head and name in self.projections
-            }
         present = {e.type for e in events}
         if len(present) == 1:  # most appends: the subscribers are looked up, not searched for
             (only,) = present
@@ -106,7 +90,7 @@ class ProjectionSet:
                 n for n, p in self.projections.items() if not present.isdisjoint(p.event_types)
             ]
         for name in wanted:
-            if name in advanced:
+            if name in following:
                 projection = self.projections[name]
                 projection.apply(
                     conn, self.live[name], of_types(events, projection.event_types, present)

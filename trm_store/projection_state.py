@@ -1,7 +1,7 @@
 """The projections' bookkeeping rows (`projection_state`), and which events a projection takes.
 
 Shared by the inline runner and the rebuild: a row says the version a projection was built at,
-the last position it applied, and whether it is `ready` or `rebuilding`.
+the last position it applied (or `FOLLOWING`), and whether it is `ready` or `rebuilding`.
 """
 
 from __future__ import annotations
@@ -10,17 +10,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, case, delete, func, insert, select, update
 
 from trm_store.events import RecordedEvent
-from trm_store.schema import PROJECTION_STATE
+from trm_store.schema import EVENTS, FOLLOWING, PROJECTION_STATE
 
-__all__ = ["ProjectionStatus", "mark_rebuilding", "of_types", "set_status", "statuses"]
+__all__ = [
+    "FOLLOWING",
+    "ProjectionStatus",
+    "mark_rebuilding",
+    "of_types",
+    "set_status",
+    "statuses",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class ProjectionStatus:
-    """A projection's bookkeeping row."""
+    """A projection's bookkeeping row; `checkpoint` is the log's head for one that follows it
+    (`FOLLOWING`)."""
 
     name: str
     version: int
@@ -32,10 +40,25 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+_ROWS = PROJECTION_STATE.c
+_CHECKPOINT = case(
+    (
+        _ROWS.checkpoint == FOLLOWING,
+        select(func.coalesce(func.max(EVENTS.c.position), 0)).scalar_subquery(),
+    ),
+    else_=_ROWS.checkpoint,
+)
+"""A row's checkpoint as a position: the log's head, in the reader's snapshot, for one that
+follows it."""
+_STATUSES = select(_ROWS.name, _ROWS.version, _CHECKPOINT, _ROWS.status)
+
+
 def statuses(conn: Connection) -> dict[str, ProjectionStatus]:
-    """Every projection's row, by name."""
-    rows = conn.execute(select(PROJECTION_STATE)).all()
-    return {r.name: ProjectionStatus(r.name, r.version, r.checkpoint, r.status) for r in rows}
+    """Every projection's row, by name, its checkpoint a position (never `FOLLOWING`)."""
+    return {
+        name: ProjectionStatus(name, version, int(checkpoint), status)
+        for name, version, checkpoint, status in conn.execute(_STATUSES)
+    }
 
 
 def set_status(conn: Connection, name: str, version: int, checkpoint: int, status: str) -> None:

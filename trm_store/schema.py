@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    CheckConstraint,
     Column,
     DateTime,
     Index,
@@ -26,7 +27,7 @@ from sqlalchemy.engine import Dialect
 
 from trm_store.json_codec import dumps_json, loads_json
 
-__all__ = ["EVENTS", "METADATA", "PROJECTION_STATE", "RUN_LEASES", "JsonColumn"]
+__all__ = ["EVENTS", "FOLLOWING", "METADATA", "PROJECTION_STATE", "RUN_LEASES", "JsonColumn"]
 
 METADATA = MetaData()
 
@@ -81,6 +82,13 @@ EVENTS = Table(
 EVENT_COLUMNS = tuple(column.name for column in EVENTS.c)
 """The events table's columns in order, for the backends' bulk insert."""
 
+FOLLOWING = -1
+"""A checkpoint that follows the log: the projection has applied every event, and every append
+applies its events to it inline, in the append's transaction, until an append by code that does
+not run it (another version, or none) sets its checkpoint to the head it had reached
+(`trm_store.projection_runner.ProjectionSet.follow`). It spares every append an UPDATE of every
+projection's row; readers see the log's head instead (`trm_store.projection_state.statuses`)."""
+
 PROJECTION_STATE = Table(
     "projection_state",
     METADATA,
@@ -89,8 +97,10 @@ PROJECTION_STATE = Table(
     Column("checkpoint", BigInteger, nullable=False),
     Column("status", String(16), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint(f"checkpoint >= {FOLLOWING}", name="ck_projection_state_checkpoint"),
 )
-"""One row per projection: version built, last position applied, `ready` or `rebuilding`."""
+"""One row per projection: version built, last position applied (or `FOLLOWING`), `ready` or
+`rebuilding`."""
 
 RUN_LEASES = Table(
     "run_leases",

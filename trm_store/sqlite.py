@@ -17,11 +17,11 @@ from sqlalchemy import URL, Connection, Engine, Table, create_engine, event
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import DBAPIError
 
-from trm_store.backend import AppendStart, CheckpointAdvance, Durability
+from trm_store.append_heads import heads
+from trm_store.backend import AppendStart, Durability
 from trm_store.driver import DriverSql, execute
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
-from trm_store.log import heads
 from trm_store.rebuild_lock import RebuildLock, file_rebuild_lock
 from trm_store.sqlite_dialect import register_dialect
 from trm_store.sqlite_writer_lock import WriterLock, writer_lock
@@ -169,8 +169,9 @@ class AppendTransaction:
 
 
 class HeadsRead:
-    """An `AppendTransaction` that yields the connection with the log's head and the first
-    stream's version (`trm_store.log.heads`), read once the transaction has begun."""
+    """An `AppendTransaction` that yields the connection with the log's head, the first
+    stream's version and the projections' rows (`trm_store.append_heads`), read once the
+    transaction has begun."""
 
     __slots__ = ("_stream_id", "_transaction")
 
@@ -181,11 +182,11 @@ class HeadsRead:
     def __enter__(self) -> AppendStart:
         conn = self._transaction.__enter__()
         try:
-            log_head, stream_version = heads(conn, self._stream_id)
+            read = heads(conn, self._stream_id)
         except BaseException as e:
             self._transaction.__exit__(type(e), e, e.__traceback__)
             raise
-        return conn, log_head, stream_version, None
+        return conn, read
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: object
@@ -242,10 +243,9 @@ class SqliteBackend:
         with transaction as conn, conn.begin():
             yield conn
 
-    def append_transaction(self, stream_id: str, advance: CheckpointAdvance | None) -> HeadsRead:
+    def append_transaction(self, stream_id: str) -> HeadsRead:
         """`BEGIN IMMEDIATE` ... `COMMIT` on this thread's writer connection (see
-        `AppendTransaction`), the heads read first. The checkpoints are left to the caller: a
-        statement costs no round trip here."""
+        `AppendTransaction`), the heads read first."""
         self._refuse_if_read_only()
         return HeadsRead(AppendTransaction(self._writers.current(), self._writer_lock), stream_id)
 

@@ -1,8 +1,8 @@
-"""The checkpoints' advance in every append: only a projection of this code, at its version and
-at the log's head, moves on with the append (and an append refused after the heads' read moved
-them, on PostgreSQL, moves them back); and on SQLite the statement scans `projection_state`
-once rather than searching its primary key once per projection (a MULTI-INDEX OR:
-`trm_store.projection_runner.ProjectionSet`)."""
+"""Checkpoints that follow the log (`trm_store.schema.FOLLOWING`): a projection of this code, at
+its version and at the log's head, follows the log from its next append on, which then writes
+no `projection_state` row at all; code that does not run it sets it to the head it reached; a
+reader sees a position, never the marker; and the migration that brought the marker in goes
+both ways."""
 
 from __future__ import annotations
 
@@ -10,21 +10,30 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select, update
+from alembic import command
+from sqlalchemy import create_engine, event, select, text, update
 
-from tests.store.helpers import TOTALS, NamedTotals, added
-from trm_store import ConcurrencyError, open_store
-from trm_store.schema import PROJECTION_STATE
+from tests.store.helpers import TOTALS, NamedTotals, added, replayed_totals, totals
+from trm_store import ConcurrencyError, StoreError, open_store
+from trm_store.migrate import alembic_config
+from trm_store.schema import FOLLOWING, PROJECTION_STATE
 
 THREE = {**TOTALS, "test_other": NamedTotals("test_other"), "test_third": NamedTotals("test_third")}
 
 
-def _checkpoints(url: str) -> Mapping[str, tuple[int, int]]:
+def _stored(url: str) -> Mapping[str, tuple[int, int]]:
+    """Each row's version and checkpoint as stored (the marker included)."""
     with open_store(url, read_only=True, projections={}) as store, store._reading() as conn:
         return {r.name: (r.version, r.checkpoint) for r in conn.execute(select(PROJECTION_STATE))}
 
 
-def test_only_projections_at_their_version_and_at_the_head_move_on(store_url: str) -> None:
+def _read(url: str) -> Mapping[str, tuple[int, int]]:
+    """Each row's version and checkpoint as readers see it (a position)."""
+    with open_store(url, read_only=True, projections={}) as store:
+        return {n: (s.version, s.checkpoint) for n, s in store.projection_status().items()}
+
+
+def test_only_projections_of_this_code_at_the_head_follow_the_log(store_url: str) -> None:
     with open_store(store_url, projections={**THREE, "test_fourth": NamedTotals("test_fourth")}):
         pass  # a projection that the code below does not have
     with open_store(store_url, projections=THREE) as store:
@@ -39,34 +48,76 @@ def test_only_projections_at_their_version_and_at_the_head_move_on(store_url: st
             )
         store.append("a", [added(2), added(3)])
         store.append_batch([("b", [added(4)], None), ("c", [added(5)], 0)])
-        with pytest.raises(ConcurrencyError):  # after the heads' read: moved back on PostgreSQL
+        with pytest.raises(ConcurrencyError):  # refused after the heads' read: writes nothing
             store.append("c", [added(6)], expected_version=0)
-    assert _checkpoints(store_url) == {
+        assert totals(store) == replayed_totals(store)
+    assert _read(store_url) == {
         "test_totals": (1, 5),
-        "test_other": (9, 1),
+        "test_other": (9, 1),  # it followed the log until code at version 1 appended
         "test_third": (1, 0),
         "test_fourth": (1, 0),
     }
+    assert _stored(store_url)["test_totals"] == (1, FOLLOWING)
 
 
-def test_sqlite_scans_projection_state_instead_of_searching_it_per_projection(
-    sqlite_url: str,
-) -> None:
-    sent: list[tuple[str, Any]] = []
-    with open_store(sqlite_url, projections=THREE) as store:
-        engine = store._backend.engine
+def _row_versions(conn: Any, dialect: str) -> list[Any]:
+    """A token of each row's physical version: PostgreSQL's `xmin` (the transaction that wrote
+    it), SQLite's rowid and values (an UPDATE on SQLite rewrites in place: the statements sent
+    are checked instead)."""
+    if dialect == "postgresql":
+        return list(conn.execute(text("SELECT name, xmin::text FROM projection_state ORDER BY 1")))
+    return list(conn.execute(text("SELECT rowid, * FROM projection_state ORDER BY 1")))
 
-        @event.listens_for(engine, "before_cursor_execute")
-        def _seen(_conn: Any, _cursor: Any, sql: str, params: Any, *_: Any) -> None:
-            if sql.startswith("UPDATE projection_state SET checkpoint"):
-                sent.append((sql, params))
 
+def test_an_append_writes_no_projection_row_while_they_follow_the_log(store_url: str) -> None:
+    """Before, every append moved every current projection's checkpoint with an UPDATE (on
+    PostgreSQL inside the heads' read, ~40% of the server's instructions of a 1-event append)."""
+    with open_store(store_url, projections=THREE) as store:
+        store.append("a", [added(1)])  # the rows begin to follow the log
+        sent: list[str] = []
+
+        @event.listens_for(store._backend.engine, "before_cursor_execute")
+        def _seen(_conn: Any, _cursor: Any, sql: str, *_: Any) -> None:
+            sent.append(sql)
+
+        with store._reading() as conn:
+            before = _row_versions(conn, store.dialect)
+        store.append("a", [added(2)])
+        store.append_batch([("b", [added(3)], None), ("c", [added(4), added(5)], 0)])
+        with store._reading() as conn:
+            assert _row_versions(conn, store.dialect) == before
+        assert not [s for s in sent if "projection_state SET" in s], sent
+        assert totals(store) == replayed_totals(store)
+    assert _read(store_url) == {name: (1, 5) for name in THREE}
+
+
+def test_the_check_constraint_refuses_other_negative_checkpoints(store_url: str) -> None:
+    with open_store(store_url, projections=TOTALS) as store:
         store.append("a", [added(1)])
-        [(sql, params)] = sent
-        raw = engine.raw_connection()
-        try:
-            plan = [row[-1] for row in raw.cursor().execute(f"EXPLAIN QUERY PLAN {sql}", params)]
-        finally:
-            raw.close()
-    assert plan[0] == "SCAN projection_state"
-    assert "MULTI-INDEX OR" not in plan
+        refused = pytest.raises(StoreError, match=r"ck_projection_state_checkpoint|CHECK")
+        with refused, store.write_transaction() as conn:
+            conn.execute(update(PROJECTION_STATE).values(checkpoint=-2))
+    assert _read(store_url) == {"test_totals": (1, 1)}
+
+
+def test_the_migration_downgrades_a_following_checkpoint_to_the_head(store_url: str) -> None:
+    with open_store(store_url, projections=TOTALS) as store:
+        store.append("a", [added(1), added(2)])
+        store.append("a", [added(3)])
+    assert _stored(store_url) == {"test_totals": (1, FOLLOWING)}
+    engine = create_engine(store_url)
+    try:
+        with engine.begin() as conn:
+            command.downgrade(alembic_config(conn), "0004")
+        with engine.connect() as conn:
+            assert list(conn.execute(text("SELECT name, checkpoint FROM projection_state"))) == [
+                ("test_totals", 3)
+            ]
+        with engine.begin() as conn:
+            command.upgrade(alembic_config(conn), "head")
+    finally:
+        engine.dispose()
+    with open_store(store_url, projections=TOTALS) as store:
+        store.append("a", [added(4)])  # at the head again: it follows the log from here
+        assert totals(store) == replayed_totals(store) == {"a": (10, 4)}
+    assert _stored(store_url) == {"test_totals": (1, FOLLOWING)}

@@ -29,10 +29,11 @@ from trm_store.schema import PROJECTION_STATE
 
 
 def _state(url: str) -> dict[str, tuple[int, int, str]]:
-    with open_store(url, read_only=True, projections={}) as store, store._reading() as conn:
+    """Each projection's row, its checkpoint as a position (the head for one that follows)."""
+    with open_store(url, read_only=True, projections={}) as store:
         return {
-            r.name: (r.version, r.checkpoint, r.status)
-            for r in conn.execute(select(PROJECTION_STATE))
+            name: (s.version, s.checkpoint, s.status)
+            for name, s in store.projection_status().items()
         }
 
 

@@ -347,6 +347,29 @@ class StoreMachine(RuleBasedStateMachine):
     def rebuild(self, only: str | None) -> None:
         self.store.rebuild_projections(only)
 
+    @rule(
+        runs=st.sampled_from(["nothing", "the domain's"]),
+        stream=st.sampled_from(STREAMS),
+        amounts=st.lists(st.integers(-5, 5), min_size=1, max_size=3),
+        recover=st.booleans(),
+    )
+    def append_by_other_code(
+        self, runs: str, stream: str, amounts: list[int], recover: bool
+    ) -> None:
+        """Another store, on code that runs none of the projections or only the domain's,
+        appends while this one is open; then this one appends. What the other's code does not
+        run is left at the head it had reached, behind the log (it follows the log no more),
+        and neither append applies to it; a query or a recovery catches it up."""
+        other_projections = {} if runs == "nothing" else dict(registered_projections())
+        with open_store(self.url, projections=other_projections) as other:
+            self._ack(other.append(stream, [added(a) for a in amounts]))
+        self._ack(self.store.append(stream, [added(amounts[0])]))
+        head = len(self.acked)
+        for name, status in self.store.projection_status().items():
+            assert (status.checkpoint == head) == (name in other_projections), (name, status)
+        if recover:
+            self.store.recover()
+
     @rule()
     def reopen(self) -> None:
         self.store.close()

@@ -1,0 +1,65 @@
+"""What an append reads under the writer lock, in one statement: the log's head, its first
+stream's version, and every projection's checkpoint row (`trm_store.projection_runner.ProjectionSet.
+follow` decides from those rows which projections apply the append inline).
+
+The rows come back as one row per projection, each carrying the two heads (one row with none
+when `projection_state` is empty): a plain join that both databases run with no write. The same
+SQL serves both backends: sent to the driver on SQLite (`trm_store.driver`), prepared once per
+writer connection on PostgreSQL (`trm_store.postgres`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from sqlalchemy import Connection
+
+from trm_store.driver import DriverSql, fetch_all
+
+__all__ = ["HEADS", "HEADS_PREPARABLE", "AppendHeads", "CheckpointRow", "append_heads", "heads"]
+
+_HEADS = (
+    "SELECT h.head, h.version, p.name, p.version, p.checkpoint FROM"
+    " (SELECT (SELECT coalesce(max(position), 0) FROM events) AS head,"
+    " (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = {stream})"
+    " AS version) AS h"
+    " LEFT JOIN projection_state AS p ON 1 = 1"
+)
+HEADS = DriverSql(_HEADS.format(stream=":s"))
+HEADS_PREPARABLE = _HEADS.format(stream="$1")
+"""The statement with PostgreSQL's positional parameter, for a `PREPARE ... (text) AS`."""
+
+
+class CheckpointRow(NamedTuple):
+    """A projection's row as an append reads it: the checkpoint as stored (it may be
+    `trm_store.projection_state.FOLLOWING`)."""
+
+    name: str
+    version: int
+    checkpoint: int
+
+
+class AppendHeads(NamedTuple):
+    """The log's head, the first stream's version and the projections' rows, read under the
+    writer lock."""
+
+    log_head: int
+    stream_version: int
+    checkpoints: tuple[CheckpointRow, ...]
+
+
+def append_heads(rows: Sequence[Sequence[Any]]) -> AppendHeads:
+    """The statement's rows (`HEADS`) as AppendHeads."""
+    log_head, stream_version = rows[0][0], rows[0][1]
+    checkpoints = tuple(
+        CheckpointRow(name, int(version), int(checkpoint))
+        for _, _, name, version, checkpoint in rows
+        if name is not None
+    )
+    return AppendHeads(int(log_head), int(stream_version), checkpoints)
+
+
+def heads(conn: Connection, stream_id: str) -> AppendHeads:
+    """Read them on `conn`, in its transaction (which holds the writer lock)."""
+    return append_heads(fetch_all(conn, HEADS, {"s": stream_id}))
