@@ -1,6 +1,6 @@
 """What an append reads under the writer lock, in one statement: the log's head, its first
-stream's version, and every projection's checkpoint row (`trm_store.projection_runner.ProjectionSet.
-follow` decides from those rows which projections apply the append inline).
+stream's version, and every projection's checkpoint row (from which
+`trm_store.projection_runner.ProjectionSet.follow` decides who applies the append inline).
 
 The rows come back as one row per projection, each carrying the two heads (one row with none
 when `projection_state` is empty): a plain join that both databases run with no write. The same
@@ -31,13 +31,10 @@ HEADS_PREPARABLE = _HEADS.format(stream="$1")
 """The statement with PostgreSQL's positional parameter, for a `PREPARE ... (text) AS`."""
 
 
-class CheckpointRow(NamedTuple):
-    """A projection's row as an append reads it: the checkpoint as stored (it may be
-    `trm_store.projection_state.FOLLOWING`)."""
-
-    name: str
-    version: int
-    checkpoint: int
+CheckpointRow = tuple[str, int, int]
+"""A projection's row as an append reads it: name, version, and the checkpoint as stored (it
+may be `trm_store.schema.FOLLOWING`). A plain tuple, sliced from the row: it is read in every
+append."""
 
 
 class AppendHeads(NamedTuple):
@@ -46,18 +43,13 @@ class AppendHeads(NamedTuple):
 
     log_head: int
     stream_version: int
-    checkpoints: tuple[CheckpointRow, ...]
+    checkpoints: list[CheckpointRow]
 
 
 def append_heads(rows: Sequence[Sequence[Any]]) -> AppendHeads:
     """The statement's rows (`HEADS`) as AppendHeads."""
-    log_head, stream_version = rows[0][0], rows[0][1]
-    checkpoints = tuple(
-        CheckpointRow(name, int(version), int(checkpoint))
-        for _, _, name, version, checkpoint in rows
-        if name is not None
-    )
-    return AppendHeads(int(log_head), int(stream_version), checkpoints)
+    checkpoints = [tuple(row[2:]) for row in rows if row[2] is not None]
+    return AppendHeads(int(rows[0][0]), int(rows[0][1]), checkpoints)
 
 
 def heads(conn: Connection, stream_id: str) -> AppendHeads:
