@@ -124,10 +124,10 @@ def learn(workdir: Path) -> Plan:
             steps["multi_row"] = len(params) == 2 * len(steps["columns"])
         elif e.event_id in params:
             steps["by_id"] = sql
+        elif Var.STREAM in step(sql, params).params and "max(position)" in sql:
+            steps["heads"] = step(sql, params)  # with the projections' rows, since 8545f51
         elif "projection_state" in sql:
             steps["advance"] = step(sql, params)
-        elif Var.STREAM in step(sql, params).params and "max(position)" in sql:
-            steps["heads"] = step(sql, params)
         elif Var.STREAM in step(sql, params).params:
             steps["stream_head"] = step(sql, params)
         elif "head" not in steps:
