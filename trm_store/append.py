@@ -26,11 +26,16 @@ from trm_store.events import RecordedEvent, recorded_event
 from trm_store.log import events_by_id, stream_heads
 from trm_store.prepared import PreparedAppend
 from trm_store.projection_runner import ProjectionSet
+from trm_store.rows_insert import RowsInsert, insert_rows
 from trm_store.schema import EVENT_COLUMNS, EVENTS
 
-__all__ = ["Appender"]
+__all__ = ["INSERT_EVENTS", "Appender"]
 
-_ROW_WIDTH = len(EVENT_COLUMNS)
+INSERT_EVENTS = RowsInsert("events", EVENT_COLUMNS)
+"""The event rows of an append, their values one after another in `EVENT_COLUMNS` order
+(`trm_store.rows_insert`): JSON already serialised, `recorded_at` through its column type's
+`bind_processor`."""
+_ROW_WIDTH = len(INSERT_EVENTS.columns)
 
 
 def _everyones(error: StoreError) -> bool:
@@ -206,20 +211,11 @@ class Appender:
             outcomes.append(recorded[first:])
         if rows:
             following = self._projections.follow(conn, read.checkpoints, previous_head)
-            if any(item.ids_given for prepared in appends for item in prepared):
-                # Perhaps a retry: the log's index must refuse a recorded id before a
-                # projection's own key can (a row keyed by the event's id, say).
-                self._insert(conn, rows, last=False)
-                self._projections.apply_inline(conn, recorded, following)
-            else:  # ids drawn fresh: the rows last, the COMMIT perhaps with them
-                self._projections.apply_inline(conn, recorded, following)
-                self._insert(conn, rows, last=True)
+            try:
+                insert_rows(conn, INSERT_EVENTS, rows)
+            except IntegrityError as e:
+                if "event_id" in str(e.orig):
+                    raise _EventIdTaken(e) from e
+                raise
+            self._projections.apply_inline(conn, recorded, following)
         return outcomes
-
-    def _insert(self, conn: Connection, rows: list[Any], *, last: bool) -> None:
-        try:
-            self._backend.insert_events(conn, rows, last=last)
-        except IntegrityError as e:
-            if "event_id" in str(e.orig):
-                raise _EventIdTaken(e) from e
-            raise

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -53,13 +53,6 @@ class Backend(Protocol):
         (`trm_store.driver`): the backend may skip SQLAlchemy's own transaction bookkeeping. It
         yields the connection with the log's head, `stream_id`'s version and the projections'
         checkpoint rows, read under the lock (`trm_store.append_heads`)."""
-
-    def insert_events(self, conn: Connection, values: list[Any], *, last: bool) -> None:
-        """Insert an append's event rows, their values one after another in `EVENT_COLUMNS`
-        order (JSON already serialised, `recorded_at` through its column type's
-        `bind_processor`, the same in every row), in `append_transaction`'s transaction.
-        `last`: nothing follows them in the transaction, so the backend may commit with them
-        (PostgreSQL does, in the same round trip)."""
 
     def rebuild_lock(self, *, wait: bool) -> AbstractContextManager[RebuildLock | None]:
         """Own the store's projection rebuilds for the block (`trm_store.rebuild_lock`): None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
 
 from sqlalchemy import URL, Connection, Engine, Table, create_engine, event, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
@@ -18,11 +17,10 @@ from trm_store.append_heads import HEADS_PREPARABLE, append_heads
 from trm_store.backend import AppendStart
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
-from trm_store.postgres_insert import INSERT_EVENTS, WITH_COMMIT_BELOW, insert_events
 from trm_store.postgres_read_only import guard_read_only
 from trm_store.postgres_writers import PostgresWriters, Prepared
 from trm_store.rebuild_lock import RebuildLock, advisory_rebuild_lock
-from trm_store.rows_insert import EVENT_ROWS, copy_rows, insert_rows
+from trm_store.rows_insert import copy_rows
 from trm_store.wakeups import NOTIFY_APPENDED
 
 __all__ = ["PostgresBackend"]
@@ -100,18 +98,9 @@ class PostgresBackend:
         disconnect invalidation see them)."""
         self._refuse_if_read_only()
         with self._writers.transaction(
-            _APPEND_START, {"s": stream_id}, prepare=(_LOCK_AND_NOTIFY, _HEADS, INSERT_EVENTS)
+            _APPEND_START, {"s": stream_id}, prepare=(_LOCK_AND_NOTIFY, _HEADS)
         ) as (conn, rows):
             yield conn, append_heads(rows)
-
-    def insert_events(self, conn: Connection, values: list[Any], *, last: bool) -> None:
-        """A few rows as one statement, with the `COMMIT` when they are `last`, in one round
-        trip (`trm_store.postgres_insert`); many as a `COPY` (`trm_store.rows_insert`), the
-        `COMMIT` after."""
-        if len(values) < WITH_COMMIT_BELOW * len(EVENT_ROWS.columns):
-            insert_events(conn, values, commit=last)
-        else:
-            insert_rows(conn, EVENT_ROWS, values)
 
     @contextmanager
     def _locked(self, lock: str, conn: Connection | None = None) -> Iterator[Connection]:

@@ -37,13 +37,13 @@ from typing import Any, NamedTuple
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from sqlalchemy import Connection, CursorResult, Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import PoolProxiedConnection
 
 from trm_store.errors import StoreError
 
-__all__ = ["PostgresWriters", "Prepared", "send_simple_query"]
+__all__ = ["PostgresWriters", "Prepared"]
 
 _OPENED_AFTER = "trm_opened_after_closes"
 """The key, in a writer connection's `info`, of the `close` count it was opened under."""
@@ -97,7 +97,8 @@ class PostgresWriters:
             raw = _driver_connection(connection)  # an invalidation forgets it: still to close
             try:
                 yield conn, rows
-                _refuse_if_aborted(raw)
+                if raw.info.transaction_status == TransactionStatus.INERROR:
+                    raise StoreError(_ABORTED)
                 conn.commit()
             except BaseException:
                 # It fails if the statement is still running (an exception raised by a signal
@@ -140,6 +141,8 @@ class PostgresWriters:
         # reads with a snapshot taken once the lock is held.
         sql = f"BEGIN ISOLATION LEVEL READ COMMITTED; {first}"
         try:
+            if params is not None:
+                sql = psycopg.ClientCursor(raw).mogrify(sql, params)
             conn.begin()
             for statement in prepare:
                 _ensure_prepared(conn, connection, statement)
@@ -147,7 +150,7 @@ class PostgresWriters:
             # in the transaction (`write_transaction`) get psycopg's usual cursor.
             default_cursor, raw.cursor_factory = raw.cursor_factory, _LastResultCursor
             try:
-                rows = send_simple_query(conn, sql, params).all()
+                rows = conn.exec_driver_sql(sql, execution_options=_AS_IS).all()
             finally:
                 raw.cursor_factory = default_cursor
         except BaseException:
@@ -209,28 +212,6 @@ def _driver_connection(connection: PoolProxiedConnection) -> psycopg.Connection[
     raw = connection.dbapi_connection
     assert isinstance(raw, psycopg.Connection)  # the driver `trm_store.connect` selects
     return raw
-
-
-def _refuse_if_aborted(raw: psycopg.Connection[Any]) -> None:
-    """StoreError if a statement of the transaction failed (its error caught): before a
-    `COMMIT`, which PostgreSQL would answer with a rollback, and psycopg not raise."""
-    if raw.info.transaction_status == TransactionStatus.INERROR:
-        raise StoreError(_ABORTED)
-
-
-def send_simple_query(
-    conn: Connection, sql: str, params: Mapping[str, Any] | None = None
-) -> CursorResult[Any]:
-    """`sql` (`;`-separated statements, `params` in psycopg's `%(name)s` style, quoted into it
-    by psycopg's client-side binding, `ClientCursor.mogrify`) sent as one simple query, through
-    SQLAlchemy's execution path: PostgreSQL runs the statements one after another, in one round
-    trip, and stops at the first that fails. StoreError, and nothing sent, in a transaction
-    that failed already (a `COMMIT` in `sql` would end it as a rollback, and not raise)."""
-    raw = _driver_connection(conn.connection)
-    _refuse_if_aborted(raw)
-    if params is not None:
-        sql = psycopg.ClientCursor(raw).mogrify(sql, params)
-    return conn.exec_driver_sql(sql, execution_options=_AS_IS)
 
 
 class Prepared(NamedTuple):

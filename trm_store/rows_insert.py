@@ -1,8 +1,8 @@
 """An insert of many rows at once, as each backend takes it fastest: an append's events.
 
 On SQLite (the fast path of `trm_store.driver`) multi-row `INSERT ... VALUES` statements; on
-PostgreSQL one `COPY`, through SQLAlchemy (`copy_rows`), for an append of many rows (fewer go
-with the `COMMIT`: `trm_store.postgres_insert`).
+PostgreSQL an `executemany` through SQLAlchemy for a few rows, a `COPY` for more (through
+SQLAlchemy too: `copy_rows`).
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from sqlalchemy import Connection
 from sqlalchemy.engine import Dialect, ExecutionContext
 
 from trm_store.driver import on_cursor, send
-from trm_store.schema import EVENT_COLUMNS
 
 __all__ = [
+    "COPY_MIN_ROWS",
     "COPY_ROWS",
-    "EVENT_ROWS",
     "ROWS_PER_STATEMENT",
     "RowsInsert",
     "copy_rows",
@@ -29,9 +28,9 @@ __all__ = [
 ROWS_PER_STATEMENT = 64
 """The most rows one multi-row INSERT carries on SQLite: 64 rows of the events table's 9 columns
 are 576 parameters, under the 999 that SQLite builds before 3.32 allow."""
-_PLACEHOLDERS = {"qmark": "?"}
-"""A positional placeholder in the paramstyle of each driver that takes these statements
-(pysqlite's)."""
+_PLACEHOLDERS = {"qmark": "?", "pyformat": "%s"}
+"""A positional placeholder in the paramstyle of each driver the store runs on (pysqlite:
+qmark; psycopg: pyformat, which takes `%s` with a sequence of values as well)."""
 
 
 _INSERT_VERB = {"sqlite": "INSERT OR ROLLBACK"}
@@ -40,6 +39,15 @@ _INSERT_VERB = {"sqlite": "INSERT OR ROLLBACK"}
 of a transaction: each multi-row statement after BEGIN copies every page it touches to a
 statement journal first, spilled to a temporary file past 64 KiB (strace of `writers_bench.py`'s
 100-event appends: 11 such pages written an append, a file made and unlinked every fourth)."""
+
+
+COPY_MIN_ROWS = 16
+"""From how many rows `insert_rows` sends them as `COPY` on PostgreSQL. `executemany` costs
+psycopg ~12 us of client CPU a row, `COPY` ~5 (psycopg formats the rows in C), but one more
+round trip: measured on loopback (raw psycopg, 50-event rows into trm's table, medians of 190),
+16 rows took 473 us (285 us of CPU) as `executemany` and 511 us (214 us) as `COPY`, 32 rows
+666 (409) against 617 (239). An append holds the store's lock for the whole insert, so with
+several writers its CPU is what the others wait for (`bench/writers_bench.py`)."""
 
 
 COPY_ROWS = "trm_copy_rows"
@@ -59,8 +67,9 @@ class RowsInsert:
     127-129k with this. What `before_cursor_execute` listeners see on SQLite changes with it:
     one statement of several rows, its parameters one flat list (not `executemany`'s rows).
 
-    On PostgreSQL the rows go as one `COPY ... FROM STDIN` (`copy_sql`, sent by `copy_rows`):
-    psycopg formats them in C, ~5 us of client CPU a row where `executemany` costs ~12.
+    On PostgreSQL fewer than `COPY_MIN_ROWS` rows go as one `executemany` through SQLAlchemy
+    (psycopg pipelines it: one round trip), more as one `COPY ... FROM STDIN` (`copy_sql`,
+    sent by `copy_rows`).
     """
 
     __slots__ = ("_sql", "columns", "copy_sql", "table")
@@ -72,7 +81,7 @@ class RowsInsert:
         self.copy_sql = f"COPY {table} ({', '.join(self.columns)}) FROM STDIN"
 
     def sql(self, dialect: Dialect, rows: int) -> str:
-        """The statement that inserts `rows` rows in `dialect`'s style;
+        """The statement that inserts `rows` rows (1 for `executemany`) in `dialect`'s style;
         NotImplementedError for a driver whose paramstyle takes no positional placeholder."""
         key = (dialect.name, dialect.paramstyle, rows)
         found = self._sql.get(key)
@@ -92,10 +101,6 @@ class RowsInsert:
         return f"RowsInsert({self.table!r}, {self.columns!r})"
 
 
-EVENT_ROWS = RowsInsert("events", EVENT_COLUMNS)
-"""An append's event rows, their values one after another in `EVENT_COLUMNS` order."""
-
-
 def insert_rows(conn: Connection, insert: RowsInsert, values: list[Any]) -> None:
     """Insert the rows whose values `values` holds one after another, each row in the
     statement's column order (none: nothing is sent), in the connection's transaction.
@@ -108,9 +113,12 @@ def insert_rows(conn: Connection, insert: RowsInsert, values: list[Any]) -> None
         return
     dialect = conn.dialect
     width = len(insert.columns)
-    if not on_cursor(dialect):  # PostgreSQL
+    if not on_cursor(dialect):
         rows = list(zip(*[iter(values)] * width, strict=True))
-        conn.exec_driver_sql(insert.copy_sql, rows, execution_options=_AS_COPY)
+        if len(rows) >= COPY_MIN_ROWS and dialect.driver == "psycopg":
+            conn.exec_driver_sql(insert.copy_sql, rows, execution_options=_AS_COPY)
+        else:
+            conn.exec_driver_sql(insert.sql(dialect, 1), rows)
         return
     start = 0
     for size in row_chunks(len(values) // width):

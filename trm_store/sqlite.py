@@ -7,6 +7,7 @@ busy timeout instead of failing with "database is locked" when they upgrade a re
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import Any
@@ -22,9 +23,7 @@ from trm_store.driver import DriverSql, execute
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
 from trm_store.rebuild_lock import RebuildLock, file_rebuild_lock
-from trm_store.rows_insert import EVENT_ROWS, insert_rows
 from trm_store.sqlite_dialect import register_dialect
-from trm_store.sqlite_wal import OURS_OR_EMPTY, use_wal
 from trm_store.sqlite_writer_lock import WriterLock, writer_lock
 from trm_store.store_url import check_sqlite_file, sqlite_target
 from trm_store.writer_connections import IN_USE, WriterConnections
@@ -34,6 +33,39 @@ __all__ = ["SqliteBackend"]
 BUSY_TIMEOUT_MS = 60_000
 _BEGIN_IMMEDIATE = DriverSql("BEGIN IMMEDIATE")
 _COMMIT = DriverSql("COMMIT")
+_OURS_OR_EMPTY = (
+    "SELECT NOT EXISTS (SELECT 1 FROM sqlite_master WHERE name NOT LIKE 'sqlite%')"
+    " OR EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events')"
+)
+"""WAL is switched on for a trm store or an empty file only: a foreign database keeps its
+journal mode until `open_store(..., adopt_database=True)` has made it a trm store."""
+_WAL_RETRY_S = 0.002
+"""The pause before `_use_wal` tries the switch to WAL again."""
+
+
+def _use_wal(cursor: sqlite3.Cursor) -> None:
+    """Put the file in WAL mode (kept in the file: a no-op once done), waiting up to the busy
+    timeout for it.
+
+    The switch can be refused at once with SQLITE_BUSY, without SQLite's busy handler, when
+    processes open a new file together (tests/store/test_sqlite_first_open.py): it asks for the
+    write lock inside a read transaction, where SQLite does not wait for another connection's
+    write lock (the two could wait for each other). A refused switch is tried again."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if e.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or left_ms <= 0:
+                raise
+        # A try may itself wait in the busy handler: no longer than the time left (`_configure`
+        # sets the busy timeout again after the switch).
+        cursor.execute(f"PRAGMA busy_timeout={left_ms}")
+        time.sleep(_WAL_RETRY_S)
+
+
 _WRITING = "trm_writing"
 """Marks a writer connection (in its `info`) while its write transaction is open."""
 
@@ -194,8 +226,8 @@ class SqliteBackend:
             # Transactions begin explicitly: BEGIN IMMEDIATE for writers, BEGIN by the dialect.
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
-            if writable and cursor.execute(OURS_OR_EMPTY).fetchone()[0]:
-                use_wal(cursor, BUSY_TIMEOUT_MS)
+            if writable and cursor.execute(_OURS_OR_EMPTY).fetchone()[0]:
+                _use_wal(cursor)
             cursor.execute(f"PRAGMA synchronous={synchronous}")
             cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             cursor.close()
@@ -216,9 +248,6 @@ class SqliteBackend:
         `AppendTransaction`), the heads read first."""
         self._refuse_if_read_only()
         return HeadsRead(AppendTransaction(self._writers.current(), self._writer_lock), stream_id)
-
-    def insert_events(self, conn: Connection, values: list[Any], *, last: bool) -> None:
-        insert_rows(conn, EVENT_ROWS, values)  # the COMMIT costs no round trip here
 
     def rebuild_lock(self, *, wait: bool) -> AbstractContextManager[RebuildLock | None]:
         self._refuse_if_read_only()

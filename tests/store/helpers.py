@@ -112,10 +112,9 @@ class Totals(Projection):
 
 TOTALS = {"test_totals": Totals()}
 
-EVENT_INSERTS = ("INSERT OR ROLLBACK INTO events ", "EXECUTE trm_insert_events(", "COPY events ")
+EVENT_INSERTS = ("INSERT INTO events ", "INSERT OR ROLLBACK INTO events ")
 """How the statement that inserts an append's events starts: OR ROLLBACK on SQLite
-(`trm_store.rows_insert`); on PostgreSQL the prepared insert sent with the COMMIT
-(`trm_store.postgres_insert`), or a COPY for many rows."""
+(`trm_store.rows_insert`), plain on PostgreSQL."""
 
 
 class NamedTotals(Totals):

@@ -25,7 +25,7 @@ from tests.store.helpers import TOTALS, added, totals
 from trm_store import EventIdConflictError, StoreError, open_store
 from trm_store.connect import normalise_url
 from trm_store.driver import DriverSql, fetch_all
-from trm_store.postgres_insert import WITH_COMMIT_BELOW
+from trm_store.rows_insert import COPY_MIN_ROWS
 
 
 def _terminate(url: str, pid: int) -> None:
@@ -43,7 +43,7 @@ def _terminate(url: str, pid: int) -> None:
 
 @pytest.mark.postgres
 @pytest.mark.parametrize(
-    ("events", "insert"), [(1, "EXECUTE trm_insert_events"), (WITH_COMMIT_BELOW, "COPY events")]
+    ("events", "insert"), [(1, "INSERT INTO events"), (COPY_MIN_ROWS, "COPY events")]
 )
 def test_a_killed_postgres_connection_is_invalidated_and_the_next_append_succeeds(
     pg_url: str, caplog: pytest.LogCaptureFixture, events: int, insert: str
@@ -92,7 +92,7 @@ def test_a_killed_postgres_connection_is_invalidated_and_the_next_append_succeed
 
 @pytest.mark.postgres
 @pytest.mark.parametrize(
-    ("events", "insert"), [(1, "EXECUTE trm_insert_events"), (WITH_COMMIT_BELOW, "COPY events")]
+    ("events", "insert"), [(1, "INSERT INTO events"), (COPY_MIN_ROWS, "COPY events")]
 )
 def test_an_insert_gets_sqlalchemy_s_execution_context_and_error_handling(
     pg_url: str, events: int, insert: str

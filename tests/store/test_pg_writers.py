@@ -43,11 +43,11 @@ def _terminate_idle_backends(url: str) -> int:
         admin.dispose()
 
 
-def test_an_append_takes_two_round_trips(pg_url: str) -> None:
-    """`BEGIN` with the lock and the heads, then the rows with the `COMMIT`: before, the pool's
-    pre-ping, psycopg's lone `BEGIN`, the heads' own round trip and a `COMMIT` of its own made
-    six, then three. (A statement psycopg prepares on its fifth run costs that append one more:
-    the most common count is the steady one.)"""
+def test_an_append_takes_one_round_trip_per_statement_and_no_more(pg_url: str) -> None:
+    """`BEGIN` with the lock and the heads, the INSERT, COMMIT: before, the pool's pre-ping,
+    psycopg's lone `BEGIN` and the heads' own round trip made six. (psycopg prepares a statement
+    on its fifth run, which costs that append one more: the most common count is the steady
+    one.)"""
     with round_trip_proxy(pg_url) as (proxy, url), open_store(url, projections={}) as s:
         s.append("s", [added(1)])
         counted = []
@@ -55,7 +55,7 @@ def test_an_append_takes_two_round_trips(pg_url: str) -> None:
             before = proxy.round_trips
             s.append("s", [added(n)])
             counted.append(proxy.round_trips - before)
-        assert statistics.mode(counted) == 2, counted
+        assert statistics.mode(counted) == 3, counted
         assert [e.version for e in s.read_stream("s")] == list(range(1, 12))
 
 
@@ -126,8 +126,7 @@ def test_the_checkpoints_move_in_the_heads_read_and_every_round_trip_is_a_statem
     pg_url: str,
 ) -> None:
     """With a projection to move, an append sends no checkpoint `UPDATE` of its own (the heads'
-    read moves the checkpoints), and its round trips are its statements: the `COMMIT` goes with
-    the rows."""
+    read moves the checkpoints), and its round trips are its statements and `COMMIT`."""
     with round_trip_proxy(pg_url) as (proxy, url), open_store(url, projections=TOTALS) as store:
         store.append("s", [added(1)])
         sent: list[str] = []
@@ -143,8 +142,8 @@ def test_the_checkpoints_move_in_the_heads_read_and_every_round_trip_is_a_statem
             store.append("s", [added(n)])
             beyond_statements.append(proxy.round_trips - before - len(sent))
             assert not [s for s in sent if s.startswith("UPDATE projection_state")], sent
-        # None (but, on the fifth run of each statement, psycopg preparing it).
-        assert statistics.mode(beyond_statements) == 0, beyond_statements
+        # COMMIT (and, on the fifth run of each statement, psycopg preparing it).
+        assert statistics.mode(beyond_statements) == 1, beyond_statements
         assert {s.checkpoint for s in store.projection_status().values()} == {11}
         assert totals(store) == {"s": (66, 11)}
 
@@ -160,7 +159,7 @@ def test_the_heads_read_in_the_lock_round_trip_see_an_append_committed_while_wai
     Whatever the session's default isolation: the writers' transactions are READ COMMITTED."""
     if isolation:
         pg_url += f"%20-cdefault_transaction_isolation%3D{isolation}"
-    locked, go_on = threading.Event(), threading.Event()
+    inserted, go_on = threading.Event(), threading.Event()
     with (
         open_store(pg_url, projections=projections) as first,
         open_store(pg_url, projections=projections) as second,
@@ -169,14 +168,14 @@ def test_the_heads_read_in_the_lock_round_trip_see_an_append_committed_while_wai
         second.append("warm", [added(2)], expected_version=1)
 
         def hold_the_lock(_c: object, _cur: object, statement: str, *_: object) -> None:
-            if statement.startswith("BEGIN"):
-                locked.set()  # the lock held, the heads read, the rows not sent yet
+            if statement.startswith("INSERT INTO events"):
+                inserted.set()  # rows written, the lock held, not committed
                 go_on.wait(10)
 
         event.listen(first._backend.engine, "after_cursor_execute", hold_the_lock)
         holder = threading.Thread(target=first.append, args=("held", [added(3), added(4)]))
         holder.start()
-        assert locked.wait(10)
+        assert inserted.wait(10)
         threading.Timer(0.5, go_on.set).start()  # while `second` waits for the lock
         recorded = second.append("waiting", [added(5)])
         holder.join()

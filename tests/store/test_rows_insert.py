@@ -1,7 +1,6 @@
 """The events of an append go in as tuples (`trm_store.rows_insert.RowsInsert`): on SQLite as
-multi-row statements of up to 64 rows, a power of two each; on PostgreSQL, below
-`WITH_COMMIT_BELOW` rows, one JSON document sent with the COMMIT (`trm_store.postgres_insert`),
-one `COPY` from there.
+multi-row statements of up to 64 rows, a power of two each; on PostgreSQL one `executemany`
+below `COPY_MIN_ROWS` rows, one `COPY` from there.
 
 What must hold whatever the number of rows: every event written once, in order, with its own
 values (also text that means something to `COPY`'s format: tabs, newlines, backslashes, `\\N`);
@@ -23,12 +22,11 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from tests.store.helpers import EVENT_INSERTS, TOTALS, added, totals
 from trm_store import EventIdConflictError, NewEvent, Store, open_store
-from trm_store.postgres_insert import WITH_COMMIT_BELOW
-from trm_store.rows_insert import ROWS_PER_STATEMENT, RowsInsert, row_chunks
+from trm_store.rows_insert import COPY_MIN_ROWS, ROWS_PER_STATEMENT, RowsInsert, row_chunks
 
 SIZES = [1, 2, 3, 15, 16, 17, 63, 64, 65, 127, 128, 129, 200, 1000]
-"""Appends across every chunk boundary and `WITH_COMMIT_BELOW`, and one of 1,000 events (15
-statements of 64 and 40 on SQLite)."""
+"""Appends across every chunk boundary and `COPY_MIN_ROWS`, and one of 1,000 events (15 statements
+of 64 and 40 on SQLite)."""
 
 
 def _inserts(store: Store) -> list[tuple[str, Any, bool]]:
@@ -38,7 +36,7 @@ def _inserts(store: Store) -> list[tuple[str, Any, bool]]:
 
     @event.listens_for(store._backend.engine, "before_cursor_execute")
     def _seen(_conn: Any, _cursor: Any, sql: str, params: Any, _ctx: Any, many: bool) -> None:
-        if sql.startswith(EVENT_INSERTS):
+        if sql.startswith((*EVENT_INSERTS, "COPY events ")):
             sent.append((sql, params, many))
 
     return sent
@@ -66,10 +64,10 @@ def test_appends_of_every_size_are_written_whole_and_in_order(store_url: str) ->
             assert all(n <= ROWS_PER_STATEMENT and n & (n - 1) == 0 for n in rows)
             assert all(len(params) <= 999 and not many for _, params, many in sent)
             assert sum(rows) == sum(SIZES)
-        else:  # one statement an append: the insert sent with the COMMIT (its rows quoted
-            # into its text), or a COPY (a row a parameter set)
+        else:  # one statement an append: executemany or COPY, a row a parameter set (one
+            # row: execute)
             assert [(sql.split()[0], len(params) if many else 1) for sql, params, many in sent] == [
-                ("COPY", n) if n >= WITH_COMMIT_BELOW else ("EXECUTE", 1) for n in SIZES
+                ("COPY" if n >= COPY_MIN_ROWS else "INSERT", n) for n in SIZES
             ]
 
 
