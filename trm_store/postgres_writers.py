@@ -43,7 +43,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from trm_store.errors import StoreError
 
-__all__ = ["PostgresWriters", "Prepared"]
+__all__ = ["PostgresWriters", "Prepared", "TransactionAborted"]
 
 _OPENED_AFTER = "trm_opened_after_closes"
 """The key, in a writer connection's `info`, of the `close` count it was opened under."""
@@ -62,6 +62,14 @@ _ABORTED = (
 )
 """A `COMMIT` of an aborted transaction is no error to psycopg: an append whose projection
 swallowed a database error would be acknowledged and lost (review, nineteenth session)."""
+
+
+class TransactionAborted(Exception):
+    """The cause of the StoreError `_ABORTED`: not a failure of the transaction itself but of a
+    statement in it, which one append of a group may have caused (its projection's), so the
+    group's appends are then written one by one (`trm_store.append`), each to its own outcome."""
+
+
 _inherited: list[PoolProxiedConnection] = []
 """A forked child's references to its parent's connections: never closed, never used."""
 
@@ -98,7 +106,7 @@ class PostgresWriters:
             try:
                 yield conn, rows
                 if raw.info.transaction_status == TransactionStatus.INERROR:
-                    raise StoreError(_ABORTED)
+                    raise StoreError(_ABORTED) from TransactionAborted()
                 conn.commit()
             except BaseException:
                 # It fails if the statement is still running (an exception raised by a signal

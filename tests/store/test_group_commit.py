@@ -9,6 +9,7 @@ a statement listener counts). Both backends.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 from sqlalchemy import Connection, Table, event
+from sqlalchemy.exc import DBAPIError
 
 import trm_store.sqlite
 from tests.store.helpers import (
@@ -418,3 +420,37 @@ def test_a_forked_child_s_threads_append_through_a_fresh_queue(sqlite_url: str) 
             said = in_a_forked_child(child)
         assert said == b"ok"
         assert {e.stream_id for e in log_of(store)} == {"parent", "c0", "c1", "c2", "c3"}
+
+
+class _SwallowsForThirteen(Totals):
+    """`Totals`, whose `apply` also catches a database error of its own for an amount of 13:
+    PostgreSQL ends the transaction at it, and would answer its COMMIT with a rollback."""
+
+    name = "test_swallows_for_13"
+
+    def apply(
+        self, conn: Connection, tables: Mapping[str, Table], events: Sequence[RecordedEvent]
+    ) -> None:
+        super().apply(conn, tables, events)
+        if any(e.data["amount"] == 13 for e in events):
+            with contextlib.suppress(DBAPIError):
+                conn.exec_driver_sql("SELECT 1/0")
+
+
+@pytest.mark.postgres
+def test_an_error_one_append_s_projection_swallowed_refuses_that_append_only(pg_url: str) -> None:
+    """The aborted transaction is not every append's failure (review, twenty-second session: all
+    five of a group were refused): the group's appends go one by one, each to its own outcome."""
+    projection = _SwallowsForThirteen()
+    with open_store(pg_url, projections={projection.name: projection}) as store:
+        outcomes = grouped(
+            store,
+            lambda: store.append("warm", [added(1)]),
+            [lambda n=n: store.append(f"s{n}", [added(13 if n == 2 else n)]) for n in range(1, 5)],
+        )
+        refused = outcomes[2]
+        assert isinstance(refused, StoreError) and "error was caught" in str(refused)
+        written = [o for n, o in enumerate(outcomes) if n != 2]
+        assert all(isinstance(o, list) for o in written), written
+        assert [e.stream_id for e in store.read_all()] == ["warm", "s1", "s3", "s4"]
+        assert store.verify_projections() == []
