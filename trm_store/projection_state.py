@@ -28,12 +28,15 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class ProjectionStatus:
     """A projection's bookkeeping row; `checkpoint` is the log's head for one that follows it
-    (`FOLLOWING`)."""
+    (`FOLLOWING`). `head` is the log's head read with it, in the same snapshot: `head -
+    checkpoint` is how far behind it is (read apart, an append in between could make it
+    negative)."""
 
     name: str
     version: int
     checkpoint: int
     status: str
+    head: int
 
 
 def _now() -> datetime:
@@ -41,23 +44,18 @@ def _now() -> datetime:
 
 
 _ROWS = PROJECTION_STATE.c
-_CHECKPOINT = case(
-    (
-        _ROWS.checkpoint == FOLLOWING,
-        select(func.coalesce(func.max(EVENTS.c.position), 0)).scalar_subquery(),
-    ),
-    else_=_ROWS.checkpoint,
-)
+_HEAD = select(func.coalesce(func.max(EVENTS.c.position), 0)).scalar_subquery()
+_CHECKPOINT = case((_ROWS.checkpoint == FOLLOWING, _HEAD), else_=_ROWS.checkpoint)
 """A row's checkpoint as a position: the log's head, in the reader's snapshot, for one that
 follows it."""
-_STATUSES = select(_ROWS.name, _ROWS.version, _CHECKPOINT, _ROWS.status)
+_STATUSES = select(_ROWS.name, _ROWS.version, _CHECKPOINT, _ROWS.status, _HEAD)
 
 
 def statuses(conn: Connection) -> dict[str, ProjectionStatus]:
     """Every projection's row, by name, its checkpoint a position (never `FOLLOWING`)."""
     return {
-        name: ProjectionStatus(name, version, int(checkpoint), status)
-        for name, version, checkpoint, status in conn.execute(_STATUSES)
+        name: ProjectionStatus(name, version, int(checkpoint), status, int(head))
+        for name, version, checkpoint, status, head in conn.execute(_STATUSES)
     }
 
 

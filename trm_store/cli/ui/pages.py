@@ -164,18 +164,19 @@ def llm_source_page(store: Store, source: str) -> dict[str, Any]:
 
 
 def projections_page(store: Store) -> dict[str, Any]:
-    """Each projection's version, checkpoint against the log's head, and status."""
-    head = store.head_position()
+    """Each projection's version, checkpoint against the log's head, and status: the head read
+    with the rows, in one snapshot (`ProjectionStatus.head`), so no row is ever ahead of it."""
+    rows = sorted(store.projection_status().values(), key=lambda s: s.name)
     return {
-        "head": head,
+        "head": rows[0].head if rows else store.head_position(),
         "projections": [
             {
                 "name": s.name,
                 "version": s.version,
                 "checkpoint": s.checkpoint,
-                "behind": head - s.checkpoint,
+                "behind": s.head - s.checkpoint,
                 "status": s.status,
             }
-            for s in sorted(store.projection_status().values(), key=lambda s: s.name)
+            for s in rows
         ],
     }
