@@ -18,6 +18,7 @@ from trm_store.backend import AppendStart
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
 from trm_store.postgres_read_only import guard_read_only
+from trm_store.postgres_session import set_session_on_connect
 from trm_store.postgres_writers import PostgresWriters, Prepared
 from trm_store.rebuild_lock import RebuildLock, advisory_rebuild_lock
 from trm_store.rows_insert import copy_rows
@@ -77,6 +78,7 @@ class PostgresBackend:
         self.engine: Engine = create_engine(
             url, connect_args=connect_args, pool_pre_ping=True, json_serializer=serialize_json
         )
+        set_session_on_connect(self.engine)  # ISO dates, UTC
         event.listen(self.engine, "do_executemany", copy_rows)  # an append's COPY
         self._writers = PostgresWriters(self.engine, WRITER_SLOTS)
         if read_only:

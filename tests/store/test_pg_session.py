@@ -1,0 +1,47 @@
+"""A PostgreSQL store works whatever session defaults the server, the database, the role or the
+URL set (`trm_store.postgres_session`): dates in another style (psycopg parses ISO only: every
+read failed with its NotImplementedError) and another time zone (`recorded_at` came back in it,
+not in UTC as from SQLite). Set here through the URL's options, as a role's or a database's
+defaults would be, without touching the shared database."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from tests.store.helpers import added
+from trm_store import RunLog, open_store
+from trm_store.domain.runs import run_info
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        "-cDateStyle%3DSQL,DMY",
+        "-cDateStyle%3DGerman",
+        "-cDateStyle%3DPostgres,MDY%20-cTimeZone%3DAsia/Kolkata",
+        "-cTimeZone%3DAmerica/St_Johns",
+    ],
+)
+def test_events_and_read_models_read_back_in_utc_whatever_the_session_defaults(
+    pg_url: str, options: str
+) -> None:
+    with open_store(f"{pg_url}%20{options}", projections=None) as store:
+        recorded = store.append("s", [added(1), added(2)])
+        read = list(store.read_all())
+        assert read == recorded
+        assert {e.recorded_at.utcoffset() for e in read} == {timedelta(0)}
+        assert [e.recorded_at.isoformat() for e in read] == [
+            e.recorded_at.isoformat() for e in recorded
+        ]
+        with RunLog(store, "r1", config={"k": 1}) as run:
+            run.record_prediction(
+                "q1", unit_id="u1", prediction="A", correct=True, stop_reason="stop"
+            )
+        info = run_info(store, "r1")
+        assert info["status"] == "completed"
+        assert info["started_at"].utcoffset() == timedelta(0)
+        assert store.verify_projections() == []

@@ -1,0 +1,37 @@
+"""The session settings every connection of a PostgreSQL store gets, whatever the server's,
+the database's, the role's or the URL's defaults: dates written in ISO style, and UTC.
+
+psycopg parses dates in no other style: a database set to `DateStyle = 'SQL, DMY'` (or
+`German`) made every read of an event fail with psycopg's `NotImplementedError` ("can't parse
+timestamptz with DateStyle 'SQL, DMY'"). And a session time zone other than UTC gave back each
+event's `recorded_at` in that zone (the same instant, another offset), where a SQLite store
+gives UTC. Both are set once per connection, when it is opened, as SQLAlchemy's documentation
+sets a session's `search_path`: outside any transaction, so no rollback undoes them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Engine, event
+
+if TYPE_CHECKING:  # a SQLite store never imports the PostgreSQL driver
+    import psycopg
+
+__all__ = ["SESSION_SETTINGS", "set_session_on_connect"]
+
+SESSION_SETTINGS = "SET DateStyle = 'ISO'; SET TimeZone = 'UTC'"
+
+
+def set_session_on_connect(engine: Engine) -> None:
+    """Send `SESSION_SETTINGS` on each new connection of `engine` (a psycopg one), before any
+    other listener of its `connect` event."""
+
+    @event.listens_for(engine, "connect", insert=True)
+    def _set(dbapi_connection: psycopg.Connection[Any], _record: object) -> None:
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        try:
+            dbapi_connection.execute(SESSION_SETTINGS, prepare=False)
+        finally:
+            dbapi_connection.autocommit = autocommit
