@@ -220,7 +220,6 @@ class RawLog:
         self.plan = plan
         self.origin = {"host": socket.gethostname(), "pid": os.getpid()}
         self.sent: list[str] | None = None
-        self.following: list[str] = []
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         if self.sent is not None:
@@ -247,11 +246,11 @@ class RawLog:
         versions: dict[str, int] = {}
         if plan.heads is not None:
             first = prepared[0][0]
-            # The heads in every row, with a projection's row each (`trm_store.append_heads`):
-            # read as the store reads them, each projection's checkpoint looked at.
+            # The heads in every row, with a projection's row each (`trm_store.append_heads`),
+            # all fetched as the store fetches them; deciding who follows is the store's own
+            # work, which the reference skips (none changes in a steady run).
             heads = self._step(plan.heads, {Var.STREAM: first})
             previous, versions[first] = heads[0][0], heads[0][1]
-            self.following = [row[2] for row in heads if row[2] is not None and row[4] == -1]
         else:
             assert plan.head is not None
             previous = self._step(plan.head, {})[0][0]

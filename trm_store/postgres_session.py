@@ -18,13 +18,13 @@ from sqlalchemy import Engine, event
 if TYPE_CHECKING:  # a SQLite store never imports the PostgreSQL driver
     import psycopg
 
-__all__ = ["SESSION_SETTINGS", "set_session_on_connect"]
+__all__ = ["set_session_on_connect"]
 
-SESSION_SETTINGS = "SET DateStyle = 'ISO'; SET TimeZone = 'UTC'"
+_SESSION_SETTINGS = "SET DateStyle = 'ISO'; SET TimeZone = 'UTC'"
 
 
 def set_session_on_connect(engine: Engine) -> None:
-    """Send `SESSION_SETTINGS` on each new connection of `engine` (a psycopg one), before any
+    """Send `_SESSION_SETTINGS` on each new connection of `engine` (a psycopg one), before any
     other listener of its `connect` event."""
 
     @event.listens_for(engine, "connect", insert=True)
@@ -32,6 +32,6 @@ def set_session_on_connect(engine: Engine) -> None:
         autocommit = dbapi_connection.autocommit
         dbapi_connection.autocommit = True
         try:
-            dbapi_connection.execute(SESSION_SETTINGS, prepare=False)
+            dbapi_connection.execute(_SESSION_SETTINGS, prepare=False)
         finally:
             dbapi_connection.autocommit = autocommit
