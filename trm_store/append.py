@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any
 
 from sqlalchemy import Connection
@@ -136,10 +137,47 @@ class Appender:
         """`appends` in one transaction; each one's recorded events, or the ConcurrencyError
         that refused it (and wrote none of it)."""
         try:
+            written = self._at_once(appends)
+            if written is not None:
+                return written
             with self._backend.append_transaction(appends[0][0].stream_id) as started:
                 return self._write_locked(*started, appends)
         except SQLAlchemyError as e:
             raise store_error(self._backend, e) from e
+
+    def _at_once(
+        self, appends: Sequence[Sequence[PreparedAppend]]
+    ) -> list[list[RecordedEvent] | ConcurrencyError] | None:
+        """`appends` in one transaction sent whole (`Backend.append_at_once`), when the backend
+        does that and no projection of this store takes their events (those are applied in the
+        append's transaction, in Python); None when they were not written so. Whatever it
+        leaves (a stream moved, an event id taken) the caller writes statement by statement,
+        which tells each append's outcome."""
+        at_once = self._backend.append_at_once
+        if at_once is None or self._projections.take_any(
+            {t for prepared in appends for item in prepared for t in item.types}
+        ):
+            return None
+        now = datetime.now(UTC)
+        try:
+            numbered = at_once(appends, now, self._projections.versions)
+        except IntegrityError:
+            return None
+        if numbered is None:
+            return None
+        stored = iter(numbered)
+        outcomes: list[list[RecordedEvent] | ConcurrencyError] = []
+        for prepared in appends:
+            outcomes.append(
+                [
+                    recorded_event(position, e, item.stream_id, version, t, sv, d, m, now)
+                    for item in prepared
+                    for (e, t, sv, d, _, m, _), (position, version) in zip(
+                        item.columns(), islice(stored, len(item.event_ids)), strict=True
+                    )
+                ]
+            )
+        return outcomes
 
     def _retried(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent] | None:
         """The recorded events if `prepared` resends exactly them, None if none of its ids is

@@ -8,8 +8,9 @@ backend a URL gets is `trm_store.connect`'s job.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime
 from typing import Literal, Protocol
 
 from sqlalchemy import Connection, Engine, Table
@@ -17,9 +18,11 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from trm_store.append_heads import AppendHeads
 from trm_store.errors import StoreError
+from trm_store.prepared import PreparedAppend
 from trm_store.rebuild_lock import RebuildLock
 
 __all__ = [
+    "AppendAtOnce",
     "AppendStart",
     "Backend",
     "Durability",
@@ -34,6 +37,23 @@ Durability = Literal["normal", "full"]
 AppendStart = tuple[Connection, AppendHeads]
 """What `Backend.append_transaction` yields: the connection, and what it read under the lock
 (`trm_store.append_heads`)."""
+
+
+class AppendAtOnce(Protocol):
+    """Write appends in one transaction sent whole, the database numbering their events under
+    the lock: what a backend offers when an append's round trips are worth saving (PostgreSQL:
+    one instead of three, `trm_store.postgres_append`; on SQLite there are none)."""
+
+    def __call__(
+        self,
+        appends: Sequence[Sequence[PreparedAppend]],
+        recorded_at: datetime,
+        ours: Mapping[str, int],
+    ) -> list[tuple[int, int]] | None:
+        """Each event's position and version, in order; None when nothing was written: too
+        large an append, a stream not at an append's expected version, or a projection's
+        checkpoint row to change (`ours`: the projections this code runs, name -> version).
+        The caller never sends it events a projection of `ours` takes."""
 
 
 class Backend(Protocol):
@@ -53,6 +73,10 @@ class Backend(Protocol):
         (`trm_store.driver`): the backend may skip SQLAlchemy's own transaction bookkeeping. It
         yields the connection with the log's head, `stream_id`'s version and the projections'
         checkpoint rows, read under the lock (`trm_store.append_heads`)."""
+
+    @property
+    def append_at_once(self) -> AppendAtOnce | None:
+        """Whether appends can go as one transaction sent whole (`AppendAtOnce`), and how."""
 
     def rebuild_lock(self, *, wait: bool) -> AbstractContextManager[RebuildLock | None]:
         """Own the store's projection rebuilds for the block (`trm_store.rebuild_lock`): None

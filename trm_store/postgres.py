@@ -7,8 +7,9 @@ next position under it makes position order equal commit order, with no gaps.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from datetime import datetime
 
 from sqlalchemy import URL, Connection, Engine, Table, create_engine, event, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
@@ -17,9 +18,12 @@ from trm_store.append_heads import HEADS_PREPARABLE, append_heads
 from trm_store.backend import AppendStart
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
+from trm_store.postgres_append import APPEND_ROWS, AT_ONCE_MAX_CHARS, at_once_query, at_once_size
+from trm_store.postgres_prepared import Prepared
 from trm_store.postgres_read_only import guard_read_only
 from trm_store.postgres_session import set_session_on_connect
-from trm_store.postgres_writers import PostgresWriters, Prepared
+from trm_store.postgres_writers import PostgresWriters
+from trm_store.prepared import PreparedAppend
 from trm_store.rebuild_lock import RebuildLock, advisory_rebuild_lock
 from trm_store.rows_insert import copy_rows
 from trm_store.wakeups import NOTIFY_APPENDED
@@ -103,6 +107,27 @@ class PostgresBackend:
             _APPEND_START, {"s": stream_id}, prepare=(_LOCK_AND_NOTIFY, _HEADS)
         ) as (conn, rows):
             yield conn, append_heads(rows)
+
+    def append_at_once(
+        self,
+        appends: Sequence[Sequence[PreparedAppend]],
+        recorded_at: datetime,
+        ours: Mapping[str, int],
+    ) -> list[tuple[int, int]] | None:
+        """`appends` in one round trip, numbered under the lock by the database
+        (`trm_store.postgres_append`): each event's position and version, in order; None when
+        they are too large for it, or when it inserted nothing (a stream not at its expected
+        version, a projection to act on)."""
+        self._refuse_if_read_only()
+        if at_once_size(appends) > AT_ONCE_MAX_CHARS:
+            return None
+        statement, values = at_once_query(appends, recorded_at, ours)
+        rows = self._writers.at_once(
+            f"EXECUTE {_LOCK_AND_NOTIFY.name}; {statement}",
+            values,
+            prepare=(_LOCK_AND_NOTIFY, APPEND_ROWS),
+        )
+        return sorted((int(p), int(v)) for p, v in rows) or None
 
     @contextmanager
     def _locked(self, lock: str, conn: Connection | None = None) -> Iterator[Connection]:

@@ -9,16 +9,19 @@ in autocommit mode at the driver, and begin each transaction themselves with
 `BEGIN ISOLATION LEVEL READ COMMITTED; <first statements>` sent as one simple query (no
 parameters, so psycopg sends the text as it is, and PostgreSQL runs them all; values are quoted
 into it by psycopg's client-side binding, `ClientCursor.mogrify`). Its result is the last
-statement's rows (the cursor of that query alone moves to its last result), so an append takes
-the lock and reads the heads in one round trip: PostgreSQL takes a new snapshot for each
-statement of a simple query at READ COMMITTED (forced, whatever the session's default), so a
-statement after the lock sees every append committed before the lock was granted. From there
-the transaction is an ordinary one: psycopg sees the server's transaction status, so
-SQLAlchemy's `commit`/`rollback` send `COMMIT`/`ROLLBACK`.
+statement's rows that returned any (`LastRowsCursor`), so an append takes the lock and reads
+the heads in one round trip: PostgreSQL takes a new snapshot for each statement of a simple
+query at READ COMMITTED (forced, whatever the session's default), so a statement after the lock
+sees every append committed before the lock was granted. From there the transaction is an
+ordinary one: psycopg sees the server's transaction status, so SQLAlchemy's `commit`/`rollback`
+send `COMMIT`/`ROLLBACK`. A transaction can also be sent whole, its `COMMIT` in the same query
+(`at_once`, `trm_store.postgres_append`).
 
 No ping: a kept connection that died while idle (a server restart, `pg_terminate_backend`) fails
 at that first statement, before anything was written, and the transaction is begun again once on
-a fresh connection. A fresh connection that fails is an error for the caller, as before.
+a fresh connection. A transaction sent whole is never sent twice (it may have committed): its
+kept connection is checked first, for input the server sent while it was idle (`has_input`: no
+round trip). A fresh connection that fails is an error for the caller, as before.
 
 A forked child never uses its parent's connections (their sockets are shared, and two processes
 talking on one connection corrupt it): an at-fork hook makes every store's writers forget theirs,
@@ -33,7 +36,7 @@ import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any, NamedTuple
+from typing import Any, cast
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -42,19 +45,20 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import PoolProxiedConnection
 
 from trm_store.errors import StoreError
+from trm_store.postgres_connection import LastRowsCursor, close_now, driver_connection, has_input
+from trm_store.postgres_prepared import (
+    AS_IS,
+    NO_SUCH_PREPARED_STATEMENT,
+    Prepared,
+    ensure_prepared,
+    unsure,
+)
 
-__all__ = ["PostgresWriters", "Prepared", "TransactionAborted"]
+__all__ = ["PostgresWriters", "TransactionAborted"]
 
 _OPENED_AFTER = "trm_opened_after_closes"
 """The key, in a writer connection's `info`, of the `close` count it was opened under."""
-_PREPARED = "trm_prepared"
-"""The key, in a writer connection's `info`, of the statements its session prepared: name ->
-True (there), False (unsure: a rollback since, which may have deallocated it)."""
-_NO_SUCH_PREPARED_STATEMENT = "26000"
-_IS_PREPARED = "SELECT 1 FROM pg_prepared_statements WHERE name = %(name)s"
-_AS_IS = {"no_parameters": True}
-"""Send the text with no parameter collection: psycopg then reads no placeholders in it (a `%`
-in a quoted value stays as it is) and sends it as a simple query."""
+_SENT_WHOLE = "-- a transaction sent whole (PostgresWriters.at_once): its text is not kept"
 _ABORTED = (
     "a statement of the transaction failed and its error was caught (by a projection's apply?):"
     " PostgreSQL ends such a transaction, and would answer its COMMIT with a rollback; nothing"
@@ -100,9 +104,7 @@ class PostgresWriters:
         committed when the block ends, rolled back if it raises. `prepare` (statements that
         `first` executes) are prepared first on a connection whose session does not have
         them."""
-        with self._slots:
-            conn, connection, rows = self._begun(first, params, prepare)
-            raw = _driver_connection(connection)  # an invalidation forgets it: still to close
+        with self._connection(first, params, prepare, once=False) as (conn, connection, raw, rows):
             try:
                 yield conn, rows
                 if raw.info.transaction_status == TransactionStatus.INERROR:
@@ -111,24 +113,75 @@ class PostgresWriters:
             except BaseException:
                 # It fails if the statement is still running (an exception raised by a signal
                 # handler: psycopg cancels only on KeyboardInterrupt and SystemExit); the
-                # connection is closed below, which ends the transaction and its lock.
-                _unsure(connection)  # psycopg's rollback may deallocate them all
+                # connection is closed when put back, which ends the transaction and its lock.
+                unsure(connection)  # psycopg's rollback may deallocate them all
                 with suppress(Exception):
                     conn.rollback()
                 raise
+
+    def at_once(
+        self, statements: str, params: Mapping[str, Any], *, prepare: Sequence[Prepared] = ()
+    ) -> Sequence[Sequence[Any]]:
+        """`statements` as one READ COMMITTED transaction sent whole, its `BEGIN` and `COMMIT`
+        with them, in one round trip (`trm_store.postgres_append`); the rows of the last
+        statement that returned any.
+
+        Once the query has left, a lost connection leaves its outcome unknown (as a `COMMIT`'s
+        is): that error is the caller's, never sent again. So a kept connection on which the
+        server has sent anything while it was idle (its goodbye before it closes one: a restart,
+        `pg_terminate_backend`) is closed before it is used, and the query goes on a new one.
+        """
+        try:
+            with self._connection(f"{statements}; COMMIT", params, prepare, once=True) as (
+                conn,
+                *_,
+                rows,
+            ):
+                conn.commit()  # nothing to send: SQLAlchemy's transaction ends with the server's
+        except DBAPIError as e:
+            e.statement = _SENT_WHOLE  # its text holds every value: tracebacks and logs keep this
+            raise
+        return rows
+
+    @contextmanager
+    def _connection(
+        self,
+        first: str,
+        params: Mapping[str, Any] | None,
+        prepare: Sequence[Prepared],
+        *,
+        once: bool,
+    ) -> Iterator[
+        tuple[Connection, PoolProxiedConnection, psycopg.Connection[Any], Sequence[Sequence[Any]]]
+    ]:
+        """A slot's connection (SQLAlchemy's, the pool's proxy and the driver's), its transaction
+        begun with `first`, and the rows of its last statement that returned any; put back (or
+        closed) when the block ends."""
+        with self._slots:
+            conn, connection, rows = self._begun(first, params, prepare, once=once)
+            raw = driver_connection(connection)  # an invalidation forgets it: still to close
+            try:
+                yield conn, connection, raw, rows
             finally:
                 self._put_back(conn, connection, raw)
 
     def _begun(
-        self, first: str, params: Mapping[str, Any] | None, prepare: Sequence[Prepared]
+        self,
+        first: str,
+        params: Mapping[str, Any] | None,
+        prepare: Sequence[Prepared],
+        *,
+        once: bool,
     ) -> tuple[Connection, PoolProxiedConnection, Sequence[Sequence[Any]]]:
-        kept = self._take()
+        kept = self._take(once=once)
         if kept is not None:
             try:
                 return self._begin(kept, first, params, prepare)
             except DBAPIError as e:
-                lost = getattr(e.orig, "sqlstate", None) == _NO_SUCH_PREPARED_STATEMENT
-                if not (e.connection_invalidated or lost):
+                lost = getattr(e.orig, "sqlstate", None) == NO_SUCH_PREPARED_STATEMENT
+                # A transaction sent whole (`once`) may have committed before its connection
+                # died: only one that failed on a missing prepared statement surely did not.
+                if not (lost or (e.connection_invalidated and not once)):
                     raise
                 # It had died while idle, or its session lost the prepared statement (a
                 # `DEALLOCATE`): nothing was written, and `_begin` closed it. Again, on a new one.
@@ -143,7 +196,7 @@ class PostgresWriters:
     ) -> tuple[Connection, PoolProxiedConnection, Sequence[Sequence[Any]]]:
         # A new `Connection` per transaction: it reads the engine's echo and logging as they
         # are now, as one from the pool would.
-        raw = _driver_connection(connection)
+        raw = driver_connection(connection)
         conn = Connection(self._engine, connection)
         # READ COMMITTED whatever the session's default: each statement after the lock's then
         # reads with a snapshot taken once the lock is held.
@@ -153,22 +206,33 @@ class PostgresWriters:
                 sql = psycopg.ClientCursor(raw).mogrify(sql, params)
             conn.begin()
             for statement in prepare:
-                _ensure_prepared(conn, connection, statement)
+                ensure_prepared(conn, connection, statement)
             # Only this statement's cursor moves to the last result: a caller's own statements
             # in the transaction (`write_transaction`) get psycopg's usual cursor.
-            default_cursor, raw.cursor_factory = raw.cursor_factory, _LastResultCursor
+            default_cursor, raw.cursor_factory = raw.cursor_factory, LastRowsCursor
             try:
-                rows = conn.exec_driver_sql(sql, execution_options=_AS_IS).all()
+                result = conn.exec_driver_sql(sql, execution_options=AS_IS)
+                rows = cast(LastRowsCursor, result.context.cursor).last_rows
+                result.close()
             finally:
                 raw.cursor_factory = default_cursor
         except BaseException:
-            _close(raw)
+            close_now(raw)
             raise
         return conn, connection, rows
 
-    def _take(self) -> PoolProxiedConnection | None:
-        with self._lock:
-            return self._idle.pop() if self._idle else None
+    def _take(self, *, once: bool) -> PoolProxiedConnection | None:
+        """A kept connection, if any; for a transaction sent whole (`once`), none that has input
+        waiting (a dead one, closed here)."""
+        while True:
+            with self._lock:
+                if not self._idle:
+                    return None
+                kept = self._idle.pop()
+            raw = driver_connection(kept)
+            if not (once and has_input(raw)):
+                return kept
+            close_now(raw)
 
     def _opened(self) -> PoolProxiedConnection:
         """A new connection, through the pool (so its connect hooks and events run), detached."""
@@ -195,7 +259,7 @@ class PostgresWriters:
             if clean and connection.info[_OPENED_AFTER] == self._closes:
                 self._idle.append(connection)
                 return
-        _close(raw)
+        close_now(raw)
 
     def close(self) -> None:
         """Close the idle connections now, and one in use when its transaction ends (a write
@@ -214,61 +278,6 @@ class PostgresWriters:
         self._slots = threading.BoundedSemaphore(self._size)
         self._lock = threading.Lock()
         self._engine.dispose(close=False)
-
-
-def _driver_connection(connection: PoolProxiedConnection) -> psycopg.Connection[Any]:
-    raw = connection.dbapi_connection
-    assert isinstance(raw, psycopg.Connection)  # the driver `trm_store.connect` selects
-    return raw
-
-
-class Prepared(NamedTuple):
-    """A statement a writer connection prepares once: its name, and the `PREPARE` that makes
-    it."""
-
-    name: str
-    statement: str
-
-
-def _ensure_prepared(
-    conn: Connection, connection: PoolProxiedConnection, prepared: Prepared
-) -> None:
-    """Prepare the statement in the session unless it is there. After a rollback it may not
-    be: psycopg's rollback sends `DEALLOCATE ALL` when it holds prepared statements of its own
-    (a canary test checks it still does), which takes this one too; when it holds none, or the
-    rollback followed a failed `COMMIT`, it stays. So the session is asked (one round trip, after
-    a rollback only), and nothing else deallocates psycopg's statements behind its back."""
-    state: dict[str, bool] = connection.info.setdefault(_PREPARED, {})
-    there = state.get(prepared.name)
-    if there is True:
-        return
-    if there is None or not conn.exec_driver_sql(_IS_PREPARED, {"name": prepared.name}).first():
-        conn.exec_driver_sql(prepared.statement, execution_options=_AS_IS)  # autocommit: kept
-    state[prepared.name] = True
-
-
-def _unsure(connection: PoolProxiedConnection) -> None:
-    """After a rollback: whether each prepared statement is still there is unknown."""
-    state: dict[str, bool] = connection.info.get(_PREPARED, {})
-    for name in state:
-        state[name] = False
-
-
-class _LastResultCursor(psycopg.Cursor[Any]):
-    """A cursor that, after a query of several statements, holds the last one's result
-    (psycopg's holds the first's: here `BEGIN`'s, which has no rows)."""
-
-    def execute(self, *args: Any, **kwargs: Any) -> _LastResultCursor:
-        super().execute(*args, **kwargs)
-        while self.nextset():
-            pass
-        return self
-
-
-def _close(raw: psycopg.Connection[Any]) -> None:
-    """Close the driver's connection at once, in whatever state (the server rolls back)."""
-    with suppress(Exception):
-        raw.close()
 
 
 _ALL: weakref.WeakSet[PostgresWriters] = weakref.WeakSet()

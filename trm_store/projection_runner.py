@@ -43,7 +43,8 @@ class ProjectionSet:
         self.live: dict[str, dict[str, Table]] = {
             name: p.define(MetaData(), "") for name, p in self.projections.items()
         }
-        self._versions = {name: p.version for name, p in self.projections.items()}
+        self.versions = {name: p.version for name, p in self.projections.items()}
+        """Name -> version: the projections this code runs."""
         self._subscribers: dict[str, tuple[str, ...]] = {}
         """Event type -> the projections that take it, in registration order."""
         for name, p in self.projections.items():
@@ -62,7 +63,7 @@ class ProjectionSet:
         following: set[str] = set()
         changed: list[dict[str, int | str]] = []
         for name, version, checkpoint in rows:
-            ours = self._versions.get(name) == version
+            ours = self.versions.get(name) == version
             if checkpoint == FOLLOWING:
                 if ours:
                     following.add(name)
@@ -74,6 +75,10 @@ class ProjectionSet:
         if changed:
             execute_many(conn, _SET_CHECKPOINT, changed)
         return following
+
+    def take_any(self, event_types: Collection[str]) -> bool:
+        """Whether a projection of this store takes any of `event_types`."""
+        return not self._subscribers.keys().isdisjoint(event_types)
 
     def apply_inline(
         self, conn: Connection, events: Sequence[RecordedEvent], following: Collection[str]

@@ -1,8 +1,7 @@
 """SQLite backend: WAL, a busy timeout, and `BEGIN IMMEDIATE` for every write transaction.
 
 `BEGIN IMMEDIATE` takes the database's write lock at the start, so concurrent writers queue on the
-busy timeout instead of failing with "database is locked" when they upgrade a read lock.
-"""
+busy timeout instead of failing with "database is locked" when they upgrade a read lock."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ _OURS_OR_EMPTY = (
 )
 """WAL is switched on for a trm store or an empty file only: a foreign database keeps its
 journal mode until `open_store(..., adopt_database=True)` has made it a trm store."""
-_WAL_RETRY_S = 0.002
-"""The pause before `_use_wal` tries the switch to WAL again."""
+_WAL_RETRY_S = 0.002  # the pause before `_use_wal` tries the switch to WAL again
 
 
 def _use_wal(cursor: sqlite3.Cursor) -> None:
@@ -196,6 +194,8 @@ class HeadsRead:
 
 class SqliteBackend:
     """A SQLite file shared by any number of processes on one machine."""
+
+    append_at_once = None  # an append makes no round trip to save
 
     def __init__(self, url: URL, *, read_only: bool, durability: Durability) -> None:
         target = sqlite_target(url)

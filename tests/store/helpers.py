@@ -57,6 +57,9 @@ class Added(BaseModel):
 
 
 register_event_type("test.added", Added)
+register_event_type("test.noted", Added)
+"""An event no test projection takes: on PostgreSQL its appends go sent whole
+(`trm_store.postgres_append`), where `test.added` ones go statement by statement."""
 
 
 class Totals(Projection):
@@ -176,6 +179,10 @@ class GcProbe(Projection):
 
 def added(amount: int, **kwargs: object) -> NewEvent:
     return NewEvent("test.added", {"amount": amount}, **kwargs)  # type: ignore[arg-type]
+
+
+def noted(amount: int) -> NewEvent:
+    return NewEvent("test.noted", {"amount": amount})
 
 
 def totals(store: object) -> dict[str, tuple[int, int]]:

@@ -1,0 +1,289 @@
+"""An append sent whole on PostgreSQL (`trm_store.postgres_append`): one round trip, the events
+numbered by the database under the lock; and everything it leaves to the append that goes
+statement by statement (a stream moved, an event id taken, a projection's row to change, a large
+append), which then decides exactly as before."""
+
+from __future__ import annotations
+
+import string
+import threading
+import time
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import ExceptionContext
+
+from tests.store.helpers import TOTALS, added, noted, totals
+from tests.store.round_trip_proxy import round_trip_proxy
+from trm_store import (
+    ConcurrencyError,
+    EventIdConflictError,
+    NewEvent,
+    StoreError,
+    open_store,
+)
+from trm_store.connect import normalise_url
+from trm_store.postgres import APPEND_LOCK_NAMESPACE
+from trm_store.postgres_append import AT_ONCE_MAX_CHARS
+from trm_store.schema import FOLLOWING
+
+pytestmark = pytest.mark.postgres
+_ID = "0b5f6a36-6e8e-4d6c-9a47-3f1d2f0c9e11"
+
+
+def _checkpoints(url: str) -> dict[str, int]:
+    engine = create_engine(normalise_url(url))
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT name, checkpoint FROM projection_state"))
+            return {name: checkpoint for name, checkpoint in rows}
+    finally:
+        engine.dispose()
+
+
+def test_a_stream_not_at_the_expected_version_is_refused_with_its_version_and_nothing_written(
+    pg_url: str,
+) -> None:
+    with open_store(pg_url, projections={}) as store:
+        store.append("s", [noted(1), noted(2)])
+        with pytest.raises(ConcurrencyError) as refused:
+            store.append("s", [noted(3)], expected_version=1)
+        assert (refused.value.expected, refused.value.actual) == (1, 2)
+        assert [
+            (e.position, e.version) for e in store.append("s", [noted(3)], expected_version=2)
+        ] == [(3, 3)]
+        assert [e.data["amount"] for e in store.read_all()] == [1, 2, 3]
+
+
+def test_a_batch_of_streams_is_numbered_per_stream_and_in_order(pg_url: str) -> None:
+    with open_store(pg_url, projections={}) as store:
+        store.append("b", [noted(0)])
+        recorded = store.append_batch(
+            [
+                ("a", [noted(1), noted(2)], 0),
+                ("b", [noted(3)], 1),
+                ("a", [noted(4)], 2),
+            ]
+        )
+        assert [(e.stream_id, e.position, e.version) for e in recorded] == [
+            ("a", 2, 1),
+            ("a", 3, 2),
+            ("b", 4, 2),
+            ("a", 5, 3),
+        ]
+        assert list(store.read_all()) == [store.read_stream("b")[0], *recorded]
+
+
+def test_a_retried_append_returns_the_recorded_events_and_a_reused_id_is_refused(
+    pg_url: str,
+) -> None:
+    """The unique index refuses the insert; the append statement by statement tells a retry
+    from another use of the id."""
+    with open_store(pg_url, projections={}) as store:
+        first = store.append("s", [NewEvent("test.noted", {"amount": 1}, event_id=_ID)])
+        again = store.append("s", [NewEvent("test.noted", {"amount": 1}, event_id=_ID)])
+        assert again == first
+        with pytest.raises(EventIdConflictError):
+            store.append("t", [NewEvent("test.noted", {"amount": 2}, event_id=_ID)])
+        assert [e.position for e in store.read_all()] == [1]
+        assert [e.position for e in store.append("t", [noted(3)])] == [2]
+
+
+def test_a_following_row_of_another_code_is_set_to_the_head_by_an_append_it_does_not_take(
+    pg_url: str,
+) -> None:
+    """A store that does not run `test_totals` appends: the projection's row must leave the log
+    (the append statement by statement sets it to the head), and the next open catches it up."""
+    with open_store(pg_url, projections=TOTALS) as with_totals:
+        with_totals.append("s", [added(1)])
+    assert _checkpoints(pg_url) == {"test_totals": FOLLOWING}
+    with open_store(pg_url, projections={}) as without:
+        without.append("s", [added(2)])
+        assert _checkpoints(pg_url) == {"test_totals": 1}
+        without.append("s", [added(3)])  # sent whole: nothing left to change
+        assert _checkpoints(pg_url) == {"test_totals": 1}
+    with open_store(pg_url, projections=TOTALS) as again:
+        assert totals(again) == {"s": (6, 3)}
+
+
+def test_a_projection_of_this_code_at_the_head_starts_to_follow_on_an_append_it_does_not_take(
+    pg_url: str,
+) -> None:
+    with open_store(pg_url, projections=TOTALS) as store:
+        store.append("s", [added(1)])
+    with open_store(pg_url, projections={}) as without:
+        without.append("s", [noted(2)])  # the row is set to the head: 1
+    with open_store(pg_url, projections=TOTALS) as store:
+        assert _checkpoints(pg_url) == {"test_totals": 2}  # caught up on open, not following
+        store.append("s", [noted(3)])
+        assert _checkpoints(pg_url) == {"test_totals": FOLLOWING}
+        store.append("s", [added(4)])
+        assert totals(store) == {"s": (5, 2)}
+
+
+def test_an_append_larger_than_a_query_should_carry_goes_as_copy(pg_url: str) -> None:
+    big = "x" * 1000
+    events = [NewEvent("test.noted", {"amount": n, "note": big}) for n in range(1100)]
+    with round_trip_proxy(pg_url) as (proxy, url), open_store(url, projections={}) as store:
+        store.append("warm", [noted(0)])
+        before = proxy.round_trips
+        recorded = store.append("s", events)
+        assert proxy.round_trips - before > 1  # lock and heads, COPY (two), COMMIT
+        assert sum(len(e.data["note"]) for e in recorded) > AT_ONCE_MAX_CHARS
+        assert [e.version for e in store.read_stream("s")] == list(range(1, 1101))
+
+
+def test_a_kept_connection_killed_while_idle_is_closed_before_anything_is_sent(
+    pg_url: str,
+) -> None:
+    url = pg_url + "&application_name=trm-at-once-test"
+    with open_store(url, projections={}) as store:
+        store.append("s", [noted(1)])
+        errors: list[bool] = []
+
+        @event.listens_for(store._backend.engine, "handle_error")
+        def _seen(context: ExceptionContext) -> None:
+            errors.append(context.is_disconnect)
+
+        admin = psycopg.connect(_libpq(pg_url), autocommit=True)
+        try:
+            killed = admin.execute(
+                "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
+                " WHERE application_name = 'trm-at-once-test' AND state = 'idle'"
+                " AND query LIKE 'BEGIN ISOLATION LEVEL READ COMMITTED; EXECUTE trm_append%'"
+            ).fetchall()  # the writer's connection, not the pool's
+        finally:
+            admin.close()
+        assert len(killed) == 1
+        assert [e.position for e in store.append("s", [noted(2)])] == [2]
+        assert errors == []  # never used: its goodbye was read first
+        assert [e.version for e in store.read_stream("s")] == [1, 2]
+
+
+def test_a_session_that_lost_the_prepared_insert_is_replaced_with_no_error(pg_url: str) -> None:
+    """A `DEALLOCATE ALL` (a pooler's reset) makes the `EXECUTE` fail: the transaction sent
+    whole rolls back with nothing written, and is sent again on a new connection."""
+    with open_store(pg_url, projections={}) as store:
+        store.append("s", [noted(1)])
+        (kept,) = store._backend._writers._idle  # type: ignore[attr-defined]
+        kept.dbapi_connection.execute("DEALLOCATE ALL")
+        assert [e.position for e in store.append("s", [noted(2)])] == [2]
+        assert [e.version for e in store.read_stream("s")] == [1, 2]
+
+
+def test_a_connection_lost_after_the_query_left_is_the_callers_error_and_keeps_no_values(
+    pg_url: str,
+) -> None:
+    """The append waits for the lock (held here); its backend is killed meanwhile. Its outcome
+    is unknown to it (a `COMMIT` was sent): a StoreError, never sent again, whose chain does not
+    carry the query's text (every value of the append)."""
+    url = pg_url + "&application_name=trm-at-once-lost"
+    holder = psycopg.connect(_libpq(pg_url))
+    secret = "do-not-echo-" + "q" * 64
+    try:
+        with open_store(url, projections={}) as store:
+            store.append("s", [noted(1)])
+            schema = holder.execute("SELECT current_schema()").fetchone()
+            assert schema is not None
+            holder.execute(
+                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (APPEND_LOCK_NAMESPACE, schema[0])
+            )
+            outcome: list[BaseException] = []
+
+            def append() -> None:
+                try:
+                    store.append("s", [NewEvent("test.noted", {"amount": 2, "note": secret})])
+                except BaseException as e:
+                    outcome.append(e)
+
+            waiting = threading.Thread(target=append)
+            waiting.start()
+            killer = psycopg.connect(_libpq(pg_url), autocommit=True)
+            try:
+                for _ in range(200):
+                    killed = killer.execute(
+                        "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
+                        " WHERE application_name = 'trm-at-once-lost' AND wait_event_type = 'Lock'"
+                    ).fetchall()
+                    if killed:
+                        break
+                    time.sleep(0.02)
+            finally:
+                killer.close()
+            waiting.join(10)
+            assert killed
+            [error] = outcome
+            assert isinstance(error, StoreError)
+            chain = []
+            cause: BaseException | None = error
+            while cause is not None:
+                chain.append(str(cause))
+                cause = cause.__cause__ or cause.__context__
+            assert not any(secret in message for message in chain), chain
+            holder.rollback()
+            assert [e.version for e in store.read_stream("s")] == [1]
+            assert [e.version for e in store.append("s", [noted(3)])] == [2]
+    finally:
+        holder.close()
+
+
+def test_writers_in_threads_each_get_their_own_numbers(pg_url: str) -> None:
+    """Grouped appends of 8 threads (`trm_store.append_queue`), each stream its own."""
+    with open_store(pg_url, projections={}) as store:
+        start = threading.Barrier(8)
+
+        def write(k: int) -> None:
+            start.wait()
+            for n in range(25):
+                store.append(f"s{k}", [noted(n), noted(n)], expected_version=2 * n)
+
+        threads = [threading.Thread(target=write, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        log = list(store.read_all())
+        assert [e.position for e in log] == list(range(1, 401))
+        for k in range(8):
+            assert [e.version for e in store.read_stream(f"s{k}")] == list(range(1, 51))
+
+
+_TEXT = st.text(
+    alphabet=st.sampled_from(string.printable + "{}\"\\'%,NULL é中\u2028"), min_size=1, max_size=20
+).filter(lambda s: not s.isspace())
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(streams=st.lists(_TEXT, min_size=1, max_size=4), notes=st.lists(_TEXT, max_size=4))
+def test_any_stream_ids_and_values_come_back_exactly(
+    pg_url: str, streams: list[str], notes: list[str]
+) -> None:
+    """Quotes, backslashes, braces, commas, `%`, `NULL`, non-ASCII: every value travels as an
+    array literal's element, quoted into the query; each comes back as it was given."""
+    with open_store(pg_url, projections={}) as store:
+        before = store.head_position()
+        items = [
+            (
+                stream,
+                [NewEvent("test.noted", {"amount": n, "note": note}) for note in notes or ["-"]],
+            )
+            for n, stream in enumerate(dict.fromkeys(streams))
+        ]
+        recorded = store.append_batch([(stream, events, None) for stream, events in items])
+        read = list(store.read_all(after_position=before))
+        assert read == recorded
+        assert [(e.stream_id, e.data) for e in read] == [
+            (stream, {"amount": n, "note": e.data["note"]})
+            for n, (stream, events) in enumerate(items)
+            for e in events
+        ]
+        assert [e.data["note"] for e in read] == [e.data["note"] for _, es in items for e in es]
+
+
+def _libpq(url: str) -> str:
+    return normalise_url(url).replace("postgresql+psycopg", "postgresql")

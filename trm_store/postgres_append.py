@@ -1,0 +1,123 @@
+"""An append in one round trip on PostgreSQL: `BEGIN`, the append lock, the insert and `COMMIT`
+sent as one query, the events numbered by the database under the lock.
+
+Why: writers queue for the append lock, and an append holds it from its grant to its commit.
+Sent statement by statement, an append holds it across three round trips to its client (the
+heads read, the `COPY`, the `COMMIT`) and the client's Python between them (50-event appends,
+one writer: 1.8 ms of the 2.3 ms the transaction takes). Here the client's work is done before
+the query leaves, and the lock is held for the server's work alone: the insert and the commit.
+
+The query is one simple query (no parameters: its values are quoted into it by psycopg's
+client-side binding, as the heads read's are, `trm_store.postgres_writers`), so PostgreSQL runs
+its statements one after another with no round trip between them; each statement takes its own
+snapshot at READ COMMITTED, so the insert, after the lock, sees every append committed before
+the lock was granted. The events' columns travel as array literals, one a column, which the
+prepared statement `trm_append_rows` unnests (a JSON text is one escaped array element: ASCII,
+no NUL, `trm_store.json_codec`), and it numbers them from the log's head and each stream's
+version as `trm_store.append` does.
+
+It inserts nothing (and the caller appends statement by statement, `trm_store.append`, which
+decides each append alone) when a stream is not at an append's expected version, or when a
+projection would have to act in the append: one of this code's at the head, which starts to
+follow the log, or one that follows it but is not this code's, which is set to the head. Its
+caller never sends it events that a projection of this code takes (applied in the append's
+transaction, in Python), nor appends larger than `AT_ONCE_MAX_CHARS` (a query text is held whole
+by both sides; a `COPY` streams).
+
+`recorded_at` is the client's clock when the query is sent (the statement-by-statement append
+reads it once the lock is granted): the two differ by the wait for the lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from trm_store.postgres_prepared import Prepared
+from trm_store.prepared import PreparedAppend
+from trm_store.schema import FOLLOWING
+
+__all__ = ["APPEND_ROWS", "AT_ONCE_MAX_CHARS", "at_once_query", "at_once_size"]
+
+AT_ONCE_MAX_CHARS = 1 << 20
+"""The most characters of JSON an append sends in one round trip; a larger one goes as `COPY`,
+whose rows are streamed (the round trips it saves are then a small part of its time)."""
+
+APPEND_ROWS = Prepared(
+    "trm_append_rows",
+    "PREPARE trm_append_rows(text[], text[], text[], int[], text[], text[], int[],"
+    " timestamptz, text[], int[]) AS"
+    " WITH head AS (SELECT coalesce(max(position), 0) AS head FROM events),"
+    " input AS (SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7) WITH ORDINALITY"
+    " AS u(event_id, stream_id, type, schema_version, data, meta, expected, n)),"
+    " numbered AS (SELECT i.*, s.base + row_number() OVER (PARTITION BY i.stream_id ORDER BY i.n)"
+    " AS version FROM input AS i JOIN (SELECT d.stream_id,"
+    " (SELECT coalesce(max(e.stream_version), 0) FROM events AS e"
+    " WHERE e.stream_id = d.stream_id) AS base"
+    " FROM (SELECT DISTINCT stream_id FROM input) AS d) AS s ON s.stream_id = i.stream_id)"
+    " INSERT INTO events (position, event_id, stream_id, stream_version, type, schema_version,"
+    " data, meta, recorded_at)"
+    " SELECT head.head + n, event_id, stream_id, version, type, schema_version, data::json,"
+    " meta::json, $8 FROM numbered, head"
+    # An append refused: its first event is not numbered from its expected version.
+    " WHERE NOT EXISTS (SELECT FROM numbered WHERE version <> expected + 1)"
+    # A projection to act on: another code's that follows, or this code's at the head.
+    " AND NOT EXISTS (SELECT FROM projection_state AS p"
+    " LEFT JOIN unnest($9, $10) AS ours(name, version)"
+    " ON ours.name = p.name AND ours.version = p.version, head"
+    f" WHERE CASE WHEN ours.name IS NULL THEN p.checkpoint = {FOLLOWING}"
+    " ELSE p.checkpoint = head.head END)"
+    " RETURNING position, stream_version",
+)
+"""The insert, prepared once per writer connection: it returns each inserted event's position
+and version, and no row when it inserted nothing."""
+
+_EXECUTE = (
+    f"EXECUTE {APPEND_ROWS.name}(%(event_ids)s, %(stream_ids)s, %(types)s, %(schema_versions)s,"
+    " %(datas)s, %(metas)s, %(expected)s, %(recorded_at)s, %(names)s, %(versions)s)"
+)
+
+
+def at_once_size(appends: Sequence[Sequence[PreparedAppend]]) -> int:
+    """How many characters of JSON the appends carry (`AT_ONCE_MAX_CHARS` bounds it)."""
+    return sum(
+        len(text) for a in appends for item in a for text in (*item.data_jsons, *item.meta_jsons)
+    )
+
+
+def at_once_query(
+    appends: Sequence[Sequence[PreparedAppend]],
+    recorded_at: datetime,
+    ours: Mapping[str, int],
+) -> tuple[str, dict[str, Any]]:
+    """The insert's `EXECUTE` and its values (for `PostgresWriters.at_once`): every event of
+    `appends`, in order, the first of each stream's part (`PreparedAppend`) carrying its expected
+    version; `ours` the projections this code runs (name -> version)."""
+    items = [item for a in appends for item in a]
+    expected: list[int | None] = []
+    for item in items:
+        expected += [item.expected_version, *[None] * (len(item.event_ids) - 1)]
+    values = {
+        "event_ids": _text_array(e for item in items for e in item.event_ids),
+        "stream_ids": _text_array(item.stream_id for item in items for _ in item.event_ids),
+        "types": _text_array(t for item in items for t in item.types),
+        "schema_versions": _int_array(v for item in items for v in item.schema_versions),
+        "datas": _text_array(d for item in items for d in item.data_jsons),
+        "metas": _text_array(m for item in items for m in item.meta_jsons),
+        "expected": _int_array(expected),
+        "recorded_at": recorded_at,
+        "names": _text_array(ours),
+        "versions": _int_array(ours.values()),
+    }
+    return _EXECUTE, values
+
+
+def _text_array(values: Iterable[str]) -> str:
+    """A `text[]` literal: each element double-quoted, its backslashes and quotes escaped."""
+    quoted = ['"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values]
+    return "{" + ",".join(quoted) + "}"
+
+
+def _int_array(values: Iterable[int | None]) -> str:
+    return "{" + ",".join("NULL" if v is None else str(v) for v in values) + "}"
