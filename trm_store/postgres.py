@@ -67,6 +67,12 @@ def _lock_for_reading(conn: Connection, tables: Sequence[Table]) -> None:
             raise
 
 
+def _lost(error: DBAPIError) -> bool:
+    """The connection was lost (by the server's word, or SQLAlchemy's invalidation)."""
+    sqlstate = getattr(error.orig, "sqlstate", None)
+    return (sqlstate or "").startswith("08") or error.connection_invalidated
+
+
 class PostgresBackend:
     """A PostgreSQL database shared by many processes and machines."""
 
@@ -122,11 +128,20 @@ class PostgresBackend:
         if at_once_size(appends) > AT_ONCE_MAX_CHARS:
             return None
         statement, values = at_once_query(appends, recorded_at, ours)
-        rows = self._writers.at_once(
-            f"EXECUTE {_LOCK_AND_NOTIFY.name}; {statement}",
-            values,
-            prepare=(_LOCK_AND_NOTIFY, APPEND_ROWS),
-        )
+        try:
+            rows = self._writers.at_once(
+                f"EXECUTE {_LOCK_AND_NOTIFY.name}; {statement}",
+                values,
+                prepare=(_LOCK_AND_NOTIFY, APPEND_ROWS),
+            )
+        except DBAPIError as e:
+            if _lost(e):  # its COMMIT had left with it
+                raise StoreError(
+                    f"lost the connection to {self.describe()} with an append in flight, which"
+                    " may have been written (a retry with the same event ids is recorded once):"
+                    f" {e.orig}"
+                ) from e
+            raise
         return sorted((int(p), int(v)) for p, v in rows) or None
 
     @contextmanager
@@ -179,7 +194,7 @@ class PostgresBackend:
         sqlstate = getattr(error.orig, "sqlstate", None)
         if sqlstate == "25006":
             return ReadOnlyStoreError(f"store {self.describe()} is read-only: {error.orig}")
-        if (sqlstate or "").startswith("08") or error.connection_invalidated:
+        if _lost(error):
             return StoreError(f"lost the connection to {self.describe()}: {error.orig}")
         return None
 

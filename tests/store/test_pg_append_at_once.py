@@ -217,6 +217,7 @@ def test_a_connection_lost_after_the_query_left_is_the_callers_error_and_keeps_n
             assert killed
             [error] = outcome
             assert isinstance(error, StoreError)
+            assert "with an append in flight, which may have been written" in str(error)
             chain = []
             cause: BaseException | None = error
             while cause is not None:
