@@ -137,7 +137,7 @@ class Appender:
         """`appends` in one transaction; each one's recorded events, or the ConcurrencyError
         that refused it (and wrote none of it)."""
         try:
-            written = self._at_once(appends)
+            written = self._server_numbered(appends)
             if written is not None:
                 return written
             with self._backend.append_transaction(appends[0][0].stream_id) as started:
@@ -145,24 +145,21 @@ class Appender:
         except SQLAlchemyError as e:
             raise store_error(self._backend, e) from e
 
-    def _at_once(
+    def _server_numbered(
         self, appends: Sequence[Sequence[PreparedAppend]]
     ) -> list[list[RecordedEvent] | ConcurrencyError] | None:
-        """`appends` in one transaction sent whole (`Backend.append_at_once`), when the backend
-        does that and no projection of this store takes their events (those are applied in the
-        append's transaction, in Python); None when they were not written so. Whatever it
-        leaves (a stream moved, an event id taken) the caller writes statement by statement,
-        which tells each append's outcome."""
-        at_once = self._backend.append_at_once
-        if at_once is None or self._projections.take_any(
+        """`appends` numbered and inserted by the database (`Backend.append_server_numbered`),
+        when the backend does that and no projection of this store takes their events (those
+        are applied in the append's transaction, in Python); None when they were not written
+        so. Whatever it leaves (a stream moved, an event id taken) the caller writes statement
+        by statement, which tells each append's outcome."""
+        write = self._backend.append_server_numbered
+        if write is None or self._projections.take_any(
             {t for prepared in appends for item in prepared for t in item.types}
         ):
             return None
         now = datetime.now(UTC)
-        try:
-            numbered = at_once(appends, now, self._projections.versions)
-        except IntegrityError:
-            return None
+        numbered = write(appends, now, self._projections.versions)
         if numbered is None:
             return None
         stored = iter(numbered)

@@ -22,7 +22,7 @@ from trm_store.prepared import PreparedAppend
 from trm_store.rebuild_lock import RebuildLock
 
 __all__ = [
-    "AppendAtOnce",
+    "AppendServerNumbered",
     "AppendStart",
     "Backend",
     "Durability",
@@ -39,10 +39,11 @@ AppendStart = tuple[Connection, AppendHeads]
 (`trm_store.append_heads`)."""
 
 
-class AppendAtOnce(Protocol):
-    """Write appends in one transaction sent whole, the database numbering their events under
-    the lock: what a backend offers when an append's round trips are worth saving (PostgreSQL:
-    one instead of three, `trm_store.postgres_append`; on SQLite there are none)."""
+class AppendServerNumbered(Protocol):
+    """Write appends with the database numbering their events under the lock, the client's
+    work all done before the lock is asked for: what a backend offers when an append's round
+    trips under the lock are worth saving (PostgreSQL: one instead of three,
+    `trm_store.postgres_append`; on SQLite there are none)."""
 
     def __call__(
         self,
@@ -51,9 +52,9 @@ class AppendAtOnce(Protocol):
         ours: Mapping[str, int],
     ) -> list[tuple[int, int]] | None:
         """Each event's position and version, in order; None when nothing was written: too
-        large an append, a stream not at an append's expected version, or a projection's
-        checkpoint row to change (`ours`: the projections this code runs, name -> version).
-        The caller never sends it events a projection of `ours` takes."""
+        large an append, a stream not at an append's expected version, an event id taken, or a
+        projection's checkpoint row to change (`ours`: the projections this code runs, name ->
+        version). The caller never sends it events a projection of `ours` takes."""
 
 
 class Backend(Protocol):
@@ -75,8 +76,8 @@ class Backend(Protocol):
         checkpoint rows, read under the lock (`trm_store.append_heads`)."""
 
     @property
-    def append_at_once(self) -> AppendAtOnce | None:
-        """Whether appends can go as one transaction sent whole (`AppendAtOnce`), and how."""
+    def append_server_numbered(self) -> AppendServerNumbered | None:
+        """Whether appends can be numbered by the database (`AppendServerNumbered`), and how."""
 
     def rebuild_lock(self, *, wait: bool) -> AbstractContextManager[RebuildLock | None]:
         """Own the store's projection rebuilds for the block (`trm_store.rebuild_lock`): None

@@ -18,11 +18,16 @@ from trm_store.append_heads import HEADS_PREPARABLE, append_heads
 from trm_store.backend import AppendStart
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
-from trm_store.postgres_append import APPEND_ROWS, AT_ONCE_MAX_CHARS, at_once_query, at_once_size
+from trm_store.postgres_append import (
+    APPEND_ROWS,
+    SERVER_NUMBERED_MAX_CHARS,
+    json_size,
+    numbered_insert,
+)
 from trm_store.postgres_prepared import Prepared
 from trm_store.postgres_read_only import guard_read_only
 from trm_store.postgres_session import set_session_on_connect
-from trm_store.postgres_writers import PostgresWriters
+from trm_store.postgres_writers import SENT_WHOLE, PostgresWriters
 from trm_store.prepared import PreparedAppend
 from trm_store.rebuild_lock import RebuildLock, advisory_rebuild_lock
 from trm_store.rows_insert import copy_rows
@@ -67,12 +72,6 @@ def _lock_for_reading(conn: Connection, tables: Sequence[Table]) -> None:
             raise
 
 
-def _lost(error: DBAPIError) -> bool:
-    """The connection was lost (by the server's word, or SQLAlchemy's invalidation)."""
-    sqlstate = getattr(error.orig, "sqlstate", None)
-    return (sqlstate or "").startswith("08") or error.connection_invalidated
-
-
 class PostgresBackend:
     """A PostgreSQL database shared by many processes and machines."""
 
@@ -114,35 +113,36 @@ class PostgresBackend:
         ) as (conn, rows):
             yield conn, append_heads(rows)
 
-    def append_at_once(
+    def append_server_numbered(
         self,
         appends: Sequence[Sequence[PreparedAppend]],
         recorded_at: datetime,
         ours: Mapping[str, int],
     ) -> list[tuple[int, int]] | None:
-        """`appends` in one round trip, numbered under the lock by the database
-        (`trm_store.postgres_append`): each event's position and version, in order; None when
-        they are too large for it, or when it inserted nothing (a stream not at its expected
-        version, a projection to act on)."""
+        """`appends` numbered under the lock by the database, in two round trips: the lock's,
+        then the insert's with its `COMMIT` (`trm_store.postgres_append`). Each event's position
+        and version, in order; None when they are too large for it, or when it inserted nothing
+        (a stream not at its expected version, a projection to act on, an event id taken)."""
         self._refuse_if_read_only()
-        if at_once_size(appends) > AT_ONCE_MAX_CHARS:
+        if json_size(appends) > SERVER_NUMBERED_MAX_CHARS:
             return None
-        statement, values = at_once_query(appends, recorded_at, ours)
+        statement, values = numbered_insert(appends, recorded_at, ours)
         try:
-            rows = self._writers.at_once(
-                f"EXECUTE {_LOCK_AND_NOTIFY.name}; {statement}",
+            rows = self._writers.in_two(
+                f"EXECUTE {_LOCK_AND_NOTIFY.name}",
+                statement,
                 values,
                 prepare=(_LOCK_AND_NOTIFY, APPEND_ROWS),
             )
         except DBAPIError as e:
-            if _lost(e):  # its COMMIT had left with it
+            if e.statement == SENT_WHOLE:  # lost once the insert and its COMMIT had left
                 raise StoreError(
                     f"lost the connection to {self.describe()} with an append in flight, which"
                     " may have been written (a retry with the same event ids is recorded once):"
                     f" {e.orig}"
                 ) from e
             raise
-        return sorted((int(p), int(v)) for p, v in rows) or None
+        return sorted((int(p), int(v)) for p, v in rows or ()) or None
 
     @contextmanager
     def _locked(self, lock: str, conn: Connection | None = None) -> Iterator[Connection]:
@@ -194,7 +194,7 @@ class PostgresBackend:
         sqlstate = getattr(error.orig, "sqlstate", None)
         if sqlstate == "25006":
             return ReadOnlyStoreError(f"store {self.describe()} is read-only: {error.orig}")
-        if _lost(error):
+        if (sqlstate or "").startswith("08") or error.connection_invalidated:
             return StoreError(f"lost the connection to {self.describe()}: {error.orig}")
         return None
 

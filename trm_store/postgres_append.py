@@ -1,31 +1,36 @@
-"""An append in one round trip on PostgreSQL: `BEGIN`, the append lock, the insert and `COMMIT`
-sent as one query, the events numbered by the database under the lock.
+"""An append numbered by the database on PostgreSQL, in two round trips: `BEGIN` and the append
+lock, then the insert and `COMMIT`, the client's work all done before the lock is asked for.
 
 Why: writers queue for the append lock, and an append holds it from its grant to its commit.
-Sent statement by statement, an append holds it across three round trips to its client (the
-heads read, the `COPY`, the `COMMIT`) and the client's Python between them (50-event appends,
-one writer: 1.8 ms of the 2.3 ms the transaction takes). Here the client's work is done before
-the query leaves, and the lock is held for the server's work alone: the insert and the commit.
+Statement by statement, an append holds it across three round trips to its client (the heads
+read, the `COPY`, the `COMMIT`) and the client's Python between them: numbering the events,
+building the rows (50-event appends, one writer: 1.8 ms of the 2.3 ms the transaction takes).
+Here the query that follows the lock is ready before the lock is asked for, and the server
+numbers the events: the lock is held for one turn of the client (receive, send) and the server's
+own work.
 
-The query is one simple query (no parameters: its values are quoted into it by psycopg's
-client-side binding, as the heads read's are, `trm_store.postgres_writers`), so PostgreSQL runs
-its statements one after another with no round trip between them; each statement takes its own
-snapshot at READ COMMITTED, so the insert, after the lock, sees every append committed before
-the lock was granted. The events' columns travel as array literals, one a column, which the
-prepared statement `trm_append_rows` unnests (a JSON text is one escaped array element: ASCII,
-no NUL, `trm_store.json_codec`), and it numbers them from the log's head and each stream's
-version as `trm_store.append` does.
+The `COMMIT` never travels with the lock's wait (sent with it, the transaction was written even
+when its caller had been interrupted, or its process killed, while it waited: review, twenty-third
+session): a caller gone before the insert is sent leaves a transaction the server rolls back. The
+insert is one simple query (no parameters: its values are quoted into it by psycopg's
+client-side binding), `EXECUTE trm_append_rows(...); COMMIT`; the statement, after the lock's,
+takes its own snapshot at READ COMMITTED, so it sees every append committed before the lock was
+granted. The events' columns travel as array literals, one a column, which the prepared
+statement unnests (a JSON text is one escaped array element: ASCII, no NUL,
+`trm_store.json_codec`), and it numbers them from the log's head and each stream's version as
+`trm_store.append` does.
 
 It inserts nothing (and the caller appends statement by statement, `trm_store.append`, which
 decides each append alone) when a stream is not at an append's expected version, or when a
 projection would have to act in the append: one of this code's at the head, which starts to
-follow the log, or one that follows it but is not this code's, which is set to the head. Its
-caller never sends it events that a projection of this code takes (applied in the append's
-transaction, in Python), nor appends larger than `AT_ONCE_MAX_CHARS` (a query text is held whole
-by both sides; a `COPY` streams).
+follow the log, or one that follows it but is not this code's, which is set to the head. Any
+error of the insert (an event id taken) rolls back with nothing written, and the caller goes
+statement by statement too. Its caller never sends it events that a projection of this code
+takes (applied in the append's transaction, in Python), nor appends larger than
+`SERVER_NUMBERED_MAX_CHARS` (a query text is held whole by both sides; a `COPY` streams).
 
-`recorded_at` is the client's clock when the query is sent (the statement-by-statement append
-reads it once the lock is granted): the two differ by the wait for the lock.
+`recorded_at` is the client's clock when the append asks for the lock (the statement-by-statement
+append reads it once the lock is granted): the two differ by the wait for the lock.
 """
 
 from __future__ import annotations
@@ -38,15 +43,15 @@ from trm_store.postgres_prepared import Prepared
 from trm_store.prepared import PreparedAppend
 from trm_store.schema import FOLLOWING
 
-__all__ = ["APPEND_ROWS", "AT_ONCE_MAX_CHARS", "at_once_query", "at_once_size"]
+__all__ = ["APPEND_ROWS", "SERVER_NUMBERED_MAX_CHARS", "json_size", "numbered_insert"]
 
-AT_ONCE_MAX_CHARS = 1 << 20
-"""The most characters of JSON an append sends in one round trip; a larger one goes as `COPY`,
-whose rows are streamed (the round trips it saves are then a small part of its time)."""
+SERVER_NUMBERED_MAX_CHARS = 1 << 20
+"""The most characters of JSON an append sends in one query; a larger one goes as `COPY`, whose
+rows are streamed (the round trips it saves are then a small part of its time)."""
 
 APPEND_ROWS = Prepared(
     "trm_append_rows",
-    "PREPARE trm_append_rows(text[], text[], text[], int[], text[], text[], int[],"
+    "PREPARE trm_append_rows(text[], text[], text[], int[], text[], text[], bigint[],"
     " timestamptz, text[], int[]) AS"
     " WITH head AS (SELECT coalesce(max(position), 0) AS head FROM events),"
     " input AS (SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7) WITH ORDINALITY"
@@ -61,7 +66,7 @@ APPEND_ROWS = Prepared(
     " SELECT head.head + n, event_id, stream_id, version, type, schema_version, data::json,"
     " meta::json, $8 FROM numbered, head"
     # An append refused: its first event is not numbered from its expected version.
-    " WHERE NOT EXISTS (SELECT FROM numbered WHERE version <> expected + 1)"
+    " WHERE NOT EXISTS (SELECT FROM numbered WHERE version - 1 <> expected)"
     # A projection to act on: another code's that follows, or this code's at the head.
     " AND NOT EXISTS (SELECT FROM projection_state AS p"
     " LEFT JOIN unnest($9, $10) AS ours(name, version)"
@@ -79,19 +84,19 @@ _EXECUTE = (
 )
 
 
-def at_once_size(appends: Sequence[Sequence[PreparedAppend]]) -> int:
-    """How many characters of JSON the appends carry (`AT_ONCE_MAX_CHARS` bounds it)."""
+def json_size(appends: Sequence[Sequence[PreparedAppend]]) -> int:
+    """How many characters of JSON the appends carry (`SERVER_NUMBERED_MAX_CHARS` bounds it)."""
     return sum(
         len(text) for a in appends for item in a for text in (*item.data_jsons, *item.meta_jsons)
     )
 
 
-def at_once_query(
+def numbered_insert(
     appends: Sequence[Sequence[PreparedAppend]],
     recorded_at: datetime,
     ours: Mapping[str, int],
 ) -> tuple[str, dict[str, Any]]:
-    """The insert's `EXECUTE` and its values (for `PostgresWriters.at_once`): every event of
+    """The insert's `EXECUTE` and its values (for `PostgresWriters.in_two`): every event of
     `appends`, in order, the first of each stream's part (`PreparedAppend`) carrying its expected
     version; `ours` the projections this code runs (name -> version)."""
     items = [item for a in appends for item in a]

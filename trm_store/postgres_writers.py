@@ -14,14 +14,12 @@ the heads in one round trip: PostgreSQL takes a new snapshot for each statement 
 query at READ COMMITTED (forced, whatever the session's default), so a statement after the lock
 sees every append committed before the lock was granted. From there the transaction is an
 ordinary one: psycopg sees the server's transaction status, so SQLAlchemy's `commit`/`rollback`
-send `COMMIT`/`ROLLBACK`. A transaction can also be sent whole, its `COMMIT` in the same query
-(`at_once`, `trm_store.postgres_append`).
+send `COMMIT`/`ROLLBACK`. A transaction can also end in a second query that carries its last
+statements and its `COMMIT` (`in_two`, `trm_store.postgres_append`).
 
 No ping: a kept connection that died while idle (a server restart, `pg_terminate_backend`) fails
 at that first statement, before anything was written, and the transaction is begun again once on
-a fresh connection. A transaction sent whole is never sent twice (it may have committed): its
-kept connection is checked first, for input the server sent while it was idle (`has_input`: no
-round trip). A fresh connection that fails is an error for the caller, as before.
+a fresh connection. A fresh connection that fails is an error for the caller, as before.
 
 A forked child never uses its parent's connections (their sockets are shared, and two processes
 talking on one connection corrupt it): an at-fork hook makes every store's writers forget theirs,
@@ -45,7 +43,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import PoolProxiedConnection
 
 from trm_store.errors import StoreError
-from trm_store.postgres_connection import LastRowsCursor, close_now, driver_connection, has_input
+from trm_store.postgres_connection import LastRowsCursor, close_now, driver_connection
 from trm_store.postgres_prepared import (
     AS_IS,
     NO_SUCH_PREPARED_STATEMENT,
@@ -54,11 +52,15 @@ from trm_store.postgres_prepared import (
     unsure,
 )
 
-__all__ = ["PostgresWriters", "TransactionAborted"]
+__all__ = ["SENT_WHOLE", "PostgresWriters", "TransactionAborted"]
 
 _OPENED_AFTER = "trm_opened_after_closes"
 """The key, in a writer connection's `info`, of the `close` count it was opened under."""
-_SENT_WHOLE = "-- a transaction sent whole (PostgresWriters.at_once): its text is not kept"
+SENT_WHOLE = (
+    "-- the last query of a transaction in two (PostgresWriters.in_two): its text is not kept"
+)
+"""The statement of the error raised when a connection is lost once that query left (its
+outcome unknown), in place of the query's text."""
 _ABORTED = (
     "a statement of the transaction failed and its error was caught (by a projection's apply?):"
     " PostgreSQL ends such a transaction, and would answer its COMMIT with a rollback; nothing"
@@ -104,7 +106,7 @@ class PostgresWriters:
         committed when the block ends, rolled back if it raises. `prepare` (statements that
         `first` executes) are prepared first on a connection whose session does not have
         them."""
-        with self._connection(first, params, prepare, once=False) as (conn, connection, raw, rows):
+        with self._connection(first, params, prepare) as (conn, connection, raw, rows):
             try:
                 yield conn, rows
                 if raw.info.transaction_status == TransactionStatus.INERROR:
@@ -119,29 +121,39 @@ class PostgresWriters:
                     conn.rollback()
                 raise
 
-    def at_once(
-        self, statements: str, params: Mapping[str, Any], *, prepare: Sequence[Prepared] = ()
-    ) -> Sequence[Sequence[Any]]:
-        """`statements` as one READ COMMITTED transaction sent whole, its `BEGIN` and `COMMIT`
-        with them, in one round trip (`trm_store.postgres_append`); the rows of the last
-        statement that returned any.
+    def in_two(
+        self,
+        first: str,
+        last: str,
+        params: Mapping[str, Any],
+        *,
+        prepare: Sequence[Prepared] = (),
+    ) -> Sequence[Sequence[Any]] | None:
+        """A READ COMMITTED transaction in two round trips: `BEGIN` and `first` (`transaction`'s),
+        then `last` (quoted with `params`) and `COMMIT` in one query; the rows of the last
+        statement of `last` that returned any. None when `last` failed with nothing written (the
+        transaction rolled back; the connection is kept).
 
-        Once the query has left, a lost connection leaves its outcome unknown (as a `COMMIT`'s
-        is): that error is the caller's, never sent again. So a kept connection on which the
-        server has sent anything while it was idle (its goodbye before it closes one: a restart,
-        `pg_terminate_backend`) is closed before it is used, and the query goes on a new one.
+        Whatever `first` waits for (the lock), the `COMMIT` is not on its way: a caller gone
+        meanwhile (interrupted, killed) leaves a transaction the server rolls back. Once `last`
+        has left, a lost connection leaves its outcome unknown, as a `COMMIT`'s is: that error
+        is the caller's. An error keeps no copy of `last`'s text (it holds every value sent).
         """
-        try:
-            with self._connection(f"{statements}; COMMIT", params, prepare, once=True) as (
-                conn,
-                *_,
-                rows,
-            ):
+        with self._connection(first, None, prepare) as (conn, connection, raw, _):
+            try:
+                sql = psycopg.ClientCursor(raw).mogrify(f"{last}; COMMIT", params)
+                rows = _last_rows(conn, raw, sql)
                 conn.commit()  # nothing to send: SQLAlchemy's transaction ends with the server's
-        except DBAPIError as e:
-            e.statement = _SENT_WHOLE  # its text holds every value: tracebacks and logs keep this
-            raise
-        return rows
+                return rows
+            except BaseException as e:
+                unsure(connection)  # psycopg's rollback may deallocate them all
+                if isinstance(e, DBAPIError):
+                    e.statement = SENT_WHOLE
+                with suppress(Exception):
+                    conn.rollback()
+                if isinstance(e, DBAPIError) and not e.connection_invalidated:
+                    return None
+                raise
 
     @contextmanager
     def _connection(
@@ -149,8 +161,6 @@ class PostgresWriters:
         first: str,
         params: Mapping[str, Any] | None,
         prepare: Sequence[Prepared],
-        *,
-        once: bool,
     ) -> Iterator[
         tuple[Connection, PoolProxiedConnection, psycopg.Connection[Any], Sequence[Sequence[Any]]]
     ]:
@@ -158,7 +168,7 @@ class PostgresWriters:
         begun with `first`, and the rows of its last statement that returned any; put back (or
         closed) when the block ends."""
         with self._slots:
-            conn, connection, rows = self._begun(first, params, prepare, once=once)
+            conn, connection, rows = self._begun(first, params, prepare)
             raw = driver_connection(connection)  # an invalidation forgets it: still to close
             try:
                 yield conn, connection, raw, rows
@@ -170,18 +180,14 @@ class PostgresWriters:
         first: str,
         params: Mapping[str, Any] | None,
         prepare: Sequence[Prepared],
-        *,
-        once: bool,
     ) -> tuple[Connection, PoolProxiedConnection, Sequence[Sequence[Any]]]:
-        kept = self._take(once=once)
+        kept = self._take()
         if kept is not None:
             try:
                 return self._begin(kept, first, params, prepare)
             except DBAPIError as e:
                 lost = getattr(e.orig, "sqlstate", None) == NO_SUCH_PREPARED_STATEMENT
-                # A transaction sent whole (`once`) may have committed before its connection
-                # died: only one that failed on a missing prepared statement surely did not.
-                if not (lost or (e.connection_invalidated and not once)):
+                if not (e.connection_invalidated or lost):
                     raise
                 # It had died while idle, or its session lost the prepared statement (a
                 # `DEALLOCATE`): nothing was written, and `_begin` closed it. Again, on a new one.
@@ -207,32 +213,15 @@ class PostgresWriters:
             conn.begin()
             for statement in prepare:
                 ensure_prepared(conn, connection, statement)
-            # Only this statement's cursor moves to the last result: a caller's own statements
-            # in the transaction (`write_transaction`) get psycopg's usual cursor.
-            default_cursor, raw.cursor_factory = raw.cursor_factory, LastRowsCursor
-            try:
-                result = conn.exec_driver_sql(sql, execution_options=AS_IS)
-                rows = cast(LastRowsCursor, result.context.cursor).last_rows
-                result.close()
-            finally:
-                raw.cursor_factory = default_cursor
+            rows = _last_rows(conn, raw, sql)
         except BaseException:
             close_now(raw)
             raise
         return conn, connection, rows
 
-    def _take(self, *, once: bool) -> PoolProxiedConnection | None:
-        """A kept connection, if any; for a transaction sent whole (`once`), none that has input
-        waiting (a dead one, closed here)."""
-        while True:
-            with self._lock:
-                if not self._idle:
-                    return None
-                kept = self._idle.pop()
-            raw = driver_connection(kept)
-            if not (once and has_input(raw)):
-                return kept
-            close_now(raw)
+    def _take(self) -> PoolProxiedConnection | None:
+        with self._lock:
+            return self._idle.pop() if self._idle else None
 
     def _opened(self) -> PoolProxiedConnection:
         """A new connection, through the pool (so its connect hooks and events run), detached."""
@@ -282,6 +271,20 @@ class PostgresWriters:
 
 _ALL: weakref.WeakSet[PostgresWriters] = weakref.WeakSet()
 """Every store's writers in this process, for the at-fork hook."""
+
+
+def _last_rows(conn: Connection, raw: psycopg.Connection[Any], sql: str) -> list[Any]:
+    """Send `sql` (several statements, as it is) through SQLAlchemy; the rows of the last
+    statement that returned any. Only this query's cursor is a `LastRowsCursor`: a caller's own
+    statements in the transaction (`write_transaction`) get psycopg's usual cursor."""
+    default_cursor, raw.cursor_factory = raw.cursor_factory, LastRowsCursor
+    try:
+        result = conn.exec_driver_sql(sql, execution_options=AS_IS)
+        rows = cast(LastRowsCursor, result.context.cursor).last_rows
+        result.close()
+        return rows
+    finally:
+        raw.cursor_factory = default_cursor
 
 
 def _forget_in_child() -> None:

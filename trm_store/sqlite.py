@@ -195,7 +195,7 @@ class HeadsRead:
 class SqliteBackend:
     """A SQLite file shared by any number of processes on one machine."""
 
-    append_at_once = None  # an append makes no round trip to save
+    append_server_numbered = None  # an append makes no round trip to save
 
     def __init__(self, url: URL, *, read_only: bool, durability: Durability) -> None:
         target = sqlite_target(url)

@@ -58,7 +58,7 @@ class Added(BaseModel):
 
 register_event_type("test.added", Added)
 register_event_type("test.noted", Added)
-"""An event no test projection takes: on PostgreSQL its appends go sent whole
+"""An event no test projection takes: on PostgreSQL the database numbers its appends
 (`trm_store.postgres_append`), where `test.added` ones go statement by statement."""
 
 

@@ -2,11 +2,14 @@
 
 A round trip is counted each time a client sends after the server has answered: the client had
 to wait for that answer. Pipelined statements sent at once count one, like the network sees them.
+It can also forget its open flows, as a NAT or a load balancer does after an idle timeout: the
+next packet a client sends on one is answered with a reset, and nothing reaches the server.
 """
 
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -22,6 +25,8 @@ class RoundTripProxy:
         self.round_trips = 0
         self.connections = 0
         self.open_connections = 0
+        self._flows: list[list[bool]] = []
+        """Each connection's `forgotten` flag."""
         threading.Thread(target=self._accept, daemon=True).start()
 
     def url(self, url: str) -> str:
@@ -39,21 +44,37 @@ class RoundTripProxy:
                 return
             server = socket.create_connection(("127.0.0.1", self._target_port))
             answered = [True]  # the client speaks first
+            forgotten = [False]
             with self._lock:
                 self.connections += 1
                 self.open_connections += 1
+                self._flows.append(forgotten)
             threading.Thread(
-                target=self._pump, args=(client, server, answered, True), daemon=True
+                target=self._pump, args=(client, server, answered, True, forgotten), daemon=True
             ).start()
             threading.Thread(
-                target=self._pump, args=(server, client, answered, False), daemon=True
+                target=self._pump, args=(server, client, answered, False, forgotten), daemon=True
             ).start()
 
+    def forget_flows(self) -> None:
+        """Forget every open connection: silently, as a NAT does (no FIN to either side)."""
+        with self._lock:
+            for forgotten in self._flows:
+                forgotten[0] = True
+
     def _pump(
-        self, source: socket.socket, sink: socket.socket, answered: list[bool], from_client: bool
+        self,
+        source: socket.socket,
+        sink: socket.socket,
+        answered: list[bool],
+        from_client: bool,
+        forgotten: list[bool],
     ) -> None:
         try:
             while data := source.recv(65536):
+                if forgotten[0]:  # a reset to whoever sends, nothing forwarded
+                    source.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    break
                 with self._lock:
                     if from_client and answered[0]:
                         self.round_trips += 1

@@ -1,11 +1,15 @@
-"""An append sent whole on PostgreSQL (`trm_store.postgres_append`): one round trip, the events
-numbered by the database under the lock; and everything it leaves to the append that goes
-statement by statement (a stream moved, an event id taken, a projection's row to change, a large
-append), which then decides exactly as before."""
+"""An append numbered by the database on PostgreSQL (`trm_store.postgres_append`): the lock's
+round trip, then the insert's with its `COMMIT`; a caller gone while it waits for the lock
+writes nothing; and everything it leaves to the append that goes statement by statement (a
+stream moved, an event id taken, a projection's row to change, a large append), which then
+decides exactly as before."""
 
 from __future__ import annotations
 
+import signal
 import string
+import subprocess
+import sys
 import threading
 import time
 
@@ -27,7 +31,7 @@ from trm_store import (
 )
 from trm_store.connect import normalise_url
 from trm_store.postgres import APPEND_LOCK_NAMESPACE
-from trm_store.postgres_append import AT_ONCE_MAX_CHARS
+from trm_store.postgres_append import SERVER_NUMBERED_MAX_CHARS
 from trm_store.schema import FOLLOWING
 
 pytestmark = pytest.mark.postgres
@@ -56,6 +60,19 @@ def test_a_stream_not_at_the_expected_version_is_refused_with_its_version_and_no
             (e.position, e.version) for e in store.append("s", [noted(3)], expected_version=2)
         ] == [(3, 3)]
         assert [e.data["amount"] for e in store.read_all()] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("expected", [2**31 - 1, 2**31, 2**63 - 1])
+def test_an_expected_version_past_the_integers_of_the_column_is_a_conflict(
+    pg_url: str, expected: int
+) -> None:
+    """Refused as a conflict, as statement by statement (an `int` array overflowed: review)."""
+    with open_store(pg_url, projections={}) as store:
+        store.append("s", [noted(1)])
+        with pytest.raises(ConcurrencyError) as refused:
+            store.append("s", [noted(2)], expected_version=expected)
+        assert (refused.value.expected, refused.value.actual) == (expected, 1)
+        assert [e.version for e in store.append("s", [noted(2)], expected_version=1)] == [2]
 
 
 def test_a_batch_of_streams_is_numbered_per_stream_and_in_order(pg_url: str) -> None:
@@ -103,7 +120,7 @@ def test_a_following_row_of_another_code_is_set_to_the_head_by_an_append_it_does
     with open_store(pg_url, projections={}) as without:
         without.append("s", [added(2)])
         assert _checkpoints(pg_url) == {"test_totals": 1}
-        without.append("s", [added(3)])  # sent whole: nothing left to change
+        without.append("s", [added(3)])  # numbered by the database: nothing left to change
         assert _checkpoints(pg_url) == {"test_totals": 1}
     with open_store(pg_url, projections=TOTALS) as again:
         assert totals(again) == {"s": (6, 3)}
@@ -132,40 +149,50 @@ def test_an_append_larger_than_a_query_should_carry_goes_as_copy(pg_url: str) ->
         before = proxy.round_trips
         recorded = store.append("s", events)
         assert proxy.round_trips - before > 1  # lock and heads, COPY (two), COMMIT
-        assert sum(len(e.data["note"]) for e in recorded) > AT_ONCE_MAX_CHARS
+        assert sum(len(e.data["note"]) for e in recorded) > SERVER_NUMBERED_MAX_CHARS
         assert [e.version for e in store.read_stream("s")] == list(range(1, 1101))
 
 
-def test_a_kept_connection_killed_while_idle_is_closed_before_anything_is_sent(
+def test_a_kept_connection_killed_while_idle_is_replaced_before_anything_is_written(
     pg_url: str,
 ) -> None:
-    url = pg_url + "&application_name=trm-at-once-test"
+    url = pg_url + "&application_name=trm-numbered-test"
     with open_store(url, projections={}) as store:
         store.append("s", [noted(1)])
-        errors: list[bool] = []
+        disconnects: list[bool] = []
 
         @event.listens_for(store._backend.engine, "handle_error")
         def _seen(context: ExceptionContext) -> None:
-            errors.append(context.is_disconnect)
+            disconnects.append(context.is_disconnect)
 
-        admin = psycopg.connect(_libpq(pg_url), autocommit=True)
-        try:
-            killed = admin.execute(
-                "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
-                " WHERE application_name = 'trm-at-once-test' AND state = 'idle'"
-                " AND query LIKE 'BEGIN ISOLATION LEVEL READ COMMITTED; EXECUTE trm_append%'"
-            ).fetchall()  # the writer's connection, not the pool's
-        finally:
-            admin.close()
+        killed = _admin(
+            pg_url,
+            "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
+            " WHERE application_name = 'trm-numbered-test' AND state = 'idle'"
+            " AND query LIKE 'EXECUTE trm_append_rows%'",  # the writer's, not the pool's
+        )
         assert len(killed) == 1
         assert [e.position for e in store.append("s", [noted(2)])] == [2]
-        assert errors == []  # never used: its goodbye was read first
+        assert disconnects == [True]  # seen at the lock's query, before anything was written
         assert [e.version for e in store.read_stream("s")] == [1, 2]
 
 
+def test_a_kept_connection_the_network_dropped_silently_is_replaced_with_no_error(
+    pg_url: str,
+) -> None:
+    """No goodbye from the server (a NAT's idle timeout): the lock's query meets a reset, with
+    nothing written, and the append begins again on a new connection (review)."""
+    with round_trip_proxy(pg_url) as (proxy, url), open_store(url, projections={}) as store:
+        store.append("s", [noted(1)])
+        proxy.forget_flows()
+        assert [(e.position, e.version) for e in store.append("s", [noted(2)])] == [(2, 2)]
+    with open_store(pg_url, projections={}) as store:
+        assert [e.data["amount"] for e in store.read_all()] == [1, 2]
+
+
 def test_a_session_that_lost_the_prepared_insert_is_replaced_with_no_error(pg_url: str) -> None:
-    """A `DEALLOCATE ALL` (a pooler's reset) makes the `EXECUTE` fail: the transaction sent
-    whole rolls back with nothing written, and is sent again on a new connection."""
+    """A `DEALLOCATE ALL` (a pooler's reset) makes the lock's `EXECUTE` fail, with nothing
+    written: the append begins again on a new connection."""
     with open_store(pg_url, projections={}) as store:
         store.append("s", [noted(1)])
         (kept,) = store._backend._writers._idle  # type: ignore[attr-defined]
@@ -174,61 +201,121 @@ def test_a_session_that_lost_the_prepared_insert_is_replaced_with_no_error(pg_ur
         assert [e.version for e in store.read_stream("s")] == [1, 2]
 
 
-def test_a_connection_lost_after_the_query_left_is_the_callers_error_and_keeps_no_values(
-    pg_url: str,
-) -> None:
-    """The append waits for the lock (held here); its backend is killed meanwhile. Its outcome
-    is unknown to it (a `COMMIT` was sent): a StoreError, never sent again, whose chain does not
-    carry the query's text (every value of the append)."""
-    url = pg_url + "&application_name=trm-at-once-lost"
+_CHILD = """
+import sys
+from tests.store.helpers import noted
+from trm_store import open_store
+store = open_store(sys.argv[1], projections={})
+store.append("s", [noted(1)])  # its statements prepared
+print("ready", flush=True)
+sys.stdin.readline()
+store.append("s", [noted(2)])
+print("written", flush=True)
+"""
+
+
+def test_a_writer_killed_while_it_waits_for_the_lock_writes_nothing(pg_url: str) -> None:
+    """SIGKILL of a writer process whose append waits for the lock (held here): the `COMMIT`
+    never left with the lock's wait, so the server rolls the append back once the lock is free
+    (sent in one query with the lock, it was written after its process had died: review)."""
     holder = psycopg.connect(_libpq(pg_url))
-    secret = "do-not-echo-" + "q" * 64
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, pg_url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        with open_store(url, projections={}) as store:
-            store.append("s", [noted(1)])
-            schema = holder.execute("SELECT current_schema()").fetchone()
-            assert schema is not None
-            holder.execute(
-                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (APPEND_LOCK_NAMESPACE, schema[0])
-            )
-            outcome: list[BaseException] = []
-
-            def append() -> None:
-                try:
-                    store.append("s", [NewEvent("test.noted", {"amount": 2, "note": secret})])
-                except BaseException as e:
-                    outcome.append(e)
-
-            waiting = threading.Thread(target=append)
-            waiting.start()
-            killer = psycopg.connect(_libpq(pg_url), autocommit=True)
-            try:
-                for _ in range(200):
-                    killed = killer.execute(
-                        "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
-                        " WHERE application_name = 'trm-at-once-lost' AND wait_event_type = 'Lock'"
-                    ).fetchall()
-                    if killed:
-                        break
-                    time.sleep(0.02)
-            finally:
-                killer.close()
-            waiting.join(10)
-            assert killed
-            [error] = outcome
-            assert isinstance(error, StoreError)
-            assert "with an append in flight, which may have been written" in str(error)
-            chain = []
-            cause: BaseException | None = error
-            while cause is not None:
-                chain.append(str(cause))
-                cause = cause.__cause__ or cause.__context__
-            assert not any(secret in message for message in chain), chain
-            holder.rollback()
-            assert [e.version for e in store.read_stream("s")] == [1]
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline() == "ready\n"
+        _hold_the_append_lock(holder)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert _wait_for(pg_url, "wait_event_type = 'Lock'")
+        child.kill()
+        child.wait(10)
+        holder.rollback()  # the lock is free: the killed writer's transaction goes on, or not
+        time.sleep(0.5)
+        with open_store(pg_url, projections={}) as store:
+            assert [e.data["amount"] for e in store.read_all()] == [1]
             assert [e.version for e in store.append("s", [noted(3)])] == [2]
     finally:
+        child.kill()
         holder.close()
+
+
+def test_an_append_interrupted_while_it_waits_for_the_lock_is_never_written(
+    pg_url: str,
+) -> None:
+    """An exception raised by a signal handler in the thread that waits for the lock (a
+    timeout): the caller is told, and the append never lands afterwards."""
+
+    def interrupt(_signal: int, _frame: object) -> None:
+        raise TimeoutError("gave up waiting")
+
+    holder = psycopg.connect(_libpq(pg_url))
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        with open_store(pg_url, projections={}) as store:
+            store.append("s", [noted(1)])
+            _hold_the_append_lock(holder)
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            with pytest.raises(TimeoutError):
+                store.append("s", [noted(2)])
+            holder.rollback()
+            time.sleep(0.5)
+            assert [e.data["amount"] for e in store.read_all()] == [1]
+            assert [e.version for e in store.append("s", [noted(3)])] == [2]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        holder.close()
+
+
+def test_a_connection_lost_once_the_insert_left_is_the_callers_error_and_keeps_no_values(
+    pg_url: str,
+) -> None:
+    """The insert is slowed by a trigger and its backend killed while it runs: the append's
+    outcome is unknown to it (its `COMMIT` had left), so the StoreError says it may have been
+    written, and its chain carries no copy of the query (every value of the append)."""
+    secret = "do-not-echo-" + "q" * 64
+    with open_store(pg_url, projections={}) as store:
+        store.append("s", [noted(1)])
+        _admin(
+            pg_url,
+            "CREATE FUNCTION slow_insert() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN PERFORM pg_sleep(30); RETURN NEW; END $$;"
+            " CREATE TRIGGER slow BEFORE INSERT ON events FOR EACH ROW"
+            " WHEN (NEW.stream_id = 'slow') EXECUTE FUNCTION slow_insert()",
+        )
+        outcome: list[BaseException] = []
+
+        def append() -> None:
+            try:
+                store.append("slow", [NewEvent("test.noted", {"amount": 2, "note": secret})])
+            except BaseException as e:
+                outcome.append(e)
+
+        waiting = threading.Thread(target=append)
+        waiting.start()
+        assert _wait_for(pg_url, "query LIKE 'EXECUTE trm_append_rows%' AND state = 'active'")
+        _admin(
+            pg_url,
+            "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
+            " WHERE query LIKE 'EXECUTE trm_append_rows%' AND state = 'active'",
+        )
+        waiting.join(10)
+        [error] = outcome
+        assert isinstance(error, StoreError)
+        assert "with an append in flight, which may have been written" in str(error)
+        chain = []
+        cause: BaseException | None = error
+        while cause is not None:
+            chain.append(str(cause))
+            cause = cause.__cause__ or cause.__context__
+        assert not any(secret in message for message in chain), chain
+        assert [e.data["amount"] for e in store.read_all()] == [1]
+        assert [e.version for e in store.append("s", [noted(3)])] == [2]
 
 
 def test_writers_in_threads_each_get_their_own_numbers(pg_url: str) -> None:
@@ -288,3 +375,29 @@ def test_any_stream_ids_and_values_come_back_exactly(
 
 def _libpq(url: str) -> str:
     return normalise_url(url).replace("postgresql+psycopg", "postgresql")
+
+
+def _admin(url: str, sql: str) -> list[tuple[object, ...]]:
+    """Run `sql` on a connection of its own, in the test's schema; its rows, if any."""
+    with psycopg.connect(_libpq(url), autocommit=True) as admin:
+        cursor = admin.execute(sql)
+        return cursor.fetchall() if cursor.description is not None else []
+
+
+def _hold_the_append_lock(holder: psycopg.Connection[object]) -> None:
+    holder.execute(
+        "SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (APPEND_LOCK_NAMESPACE,)
+    )
+
+
+def _wait_for(url: str, condition: str) -> bool:
+    """Whether a backend other than this query's own meets `condition` within 10 s."""
+    for _ in range(500):
+        if _admin(
+            url,
+            "SELECT 1 FROM pg_stat_activity"
+            f" WHERE pid <> pg_backend_pid() AND datname = current_database() AND {condition}",
+        ):
+            return True
+        time.sleep(0.02)
+    return False
