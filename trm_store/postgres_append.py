@@ -18,7 +18,7 @@ takes its own snapshot at READ COMMITTED, so it sees every append committed befo
 granted. The events' columns travel as array literals, one a column, which the prepared
 statement unnests (a JSON text is one escaped array element: ASCII, no NUL,
 `trm_store.json_codec`), and it numbers them from the log's head and each stream's version as
-`trm_store.append` does.
+`trm_store.append` does (the client gives each event's rank among its stream's events).
 
 It inserts nothing (and the caller appends statement by statement, `trm_store.append`, which
 decides each append alone) when a stream is not at an append's expected version, or when a
@@ -51,25 +51,23 @@ rows are streamed (the round trips it saves are then a small part of its time)."
 
 APPEND_ROWS = Prepared(
     "trm_append_rows",
-    "PREPARE trm_append_rows(text[], text[], text[], int[], text[], text[], bigint[],"
+    "PREPARE trm_append_rows(text[], text[], text[], int[], text[], text[], bigint[], int[],"
     " timestamptz, text[], int[]) AS"
     " WITH head AS (SELECT coalesce(max(position), 0) AS head FROM events),"
-    " input AS (SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7) WITH ORDINALITY"
-    " AS u(event_id, stream_id, type, schema_version, data, meta, expected, n)),"
-    " numbered AS (SELECT i.*, s.base + row_number() OVER (PARTITION BY i.stream_id ORDER BY i.n)"
-    " AS version FROM input AS i JOIN (SELECT d.stream_id,"
-    " (SELECT coalesce(max(e.stream_version), 0) FROM events AS e"
-    " WHERE e.stream_id = d.stream_id) AS base"
-    " FROM (SELECT DISTINCT stream_id FROM input) AS d) AS s ON s.stream_id = i.stream_id)"
+    # Each event's version: its stream's, plus its rank in the stream's events of the query.
+    " numbered AS (SELECT u.*, (SELECT coalesce(max(e.stream_version), 0) FROM events AS e"
+    " WHERE e.stream_id = u.stream_id) + u.rank AS version"
+    " FROM unnest($1, $2, $3, $4, $5, $6, $7, $8) WITH ORDINALITY"
+    " AS u(event_id, stream_id, type, schema_version, data, meta, expected, rank, n))"
     " INSERT INTO events (position, event_id, stream_id, stream_version, type, schema_version,"
     " data, meta, recorded_at)"
     " SELECT head.head + n, event_id, stream_id, version, type, schema_version, data::json,"
-    " meta::json, $8 FROM numbered, head"
+    " meta::json, $9 FROM numbered, head"
     # An append refused: its first event is not numbered from its expected version.
     " WHERE NOT EXISTS (SELECT FROM numbered WHERE version - 1 <> expected)"
     # A projection to act on: another code's that follows, or this code's at the head.
     " AND NOT EXISTS (SELECT FROM projection_state AS p"
-    " LEFT JOIN unnest($9, $10) AS ours(name, version)"
+    " LEFT JOIN unnest($10, $11) AS ours(name, version)"
     " ON ours.name = p.name AND ours.version = p.version, head"
     f" WHERE CASE WHEN ours.name IS NULL THEN p.checkpoint = {FOLLOWING}"
     " ELSE p.checkpoint = head.head END)"
@@ -81,7 +79,7 @@ and version, and no row when it inserted nothing."""
 _EXECUTE = (
     "SET LOCAL plan_cache_mode = force_generic_plan;"
     f" EXECUTE {APPEND_ROWS.name}(%(event_ids)s, %(stream_ids)s, %(types)s, %(schema_versions)s,"
-    " %(datas)s, %(metas)s, %(expected)s, %(recorded_at)s, %(names)s, %(versions)s)"
+    " %(datas)s, %(metas)s, %(expected)s, %(ranks)s, %(recorded_at)s, %(names)s, %(versions)s)"
 )
 """Its generic plan, forced for the transaction: PostgreSQL otherwise planned the statement anew
 at every run (600 custom plans in 600 runs, as `pg_prepared_statements` counts them: the generic
@@ -102,12 +100,18 @@ def numbered_insert(
     ours: Mapping[str, int],
 ) -> tuple[str, dict[str, Any]]:
     """The insert's `EXECUTE` and its values (for `PostgresWriters.in_two`): every event of
-    `appends`, in order, the first of each stream's part (`PreparedAppend`) carrying its expected
-    version; `ours` the projections this code runs (name -> version)."""
+    `appends`, in order, with its rank among its stream's events in them (1, 2, ...), the first
+    of each stream's part (`PreparedAppend`) carrying its expected version; `ours` the
+    projections this code runs (name -> version)."""
     items = [item for a in appends for item in a]
     expected: list[int | None] = []
+    ranks: list[int] = []
+    counted: dict[str, int] = {}
     for item in items:
         expected += [item.expected_version, *[None] * (len(item.event_ids) - 1)]
+        before = counted.get(item.stream_id, 0)
+        counted[item.stream_id] = after = before + len(item.event_ids)
+        ranks += range(before + 1, after + 1)
     values = {
         "event_ids": _text_array(e for item in items for e in item.event_ids),
         "stream_ids": _text_array(item.stream_id for item in items for _ in item.event_ids),
@@ -116,6 +120,7 @@ def numbered_insert(
         "datas": _text_array(d for item in items for d in item.data_jsons),
         "metas": _text_array(m for item in items for m in item.meta_jsons),
         "expected": _int_array(expected),
+        "ranks": _int_array(ranks),
         "recorded_at": recorded_at,
         "names": _text_array(ours),
         "versions": _int_array(ours.values()),

@@ -157,7 +157,7 @@ def test_the_insert_runs_its_generic_plan_which_reads_the_indexes(pg_url: str) -
                 row[0]
                 for row in raw.execute(
                     "EXPLAIN (COSTS OFF) EXECUTE trm_append_rows"
-                    "('{}', '{}', '{}', '{}', '{}', '{}', '{}', now(), '{}', '{}')"
+                    "('{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', now(), '{}', '{}')"
                 )
             )
         finally:
