@@ -82,9 +82,13 @@ class Appender:
         whose outcome is unknown) is every append's: each caller gets it, as from an append
         of its own, at once. A failure one append may have caused (an event id taken, a
         projection's error), and an append that may be a retry, send the appends concerned
-        through one by one, each to its own outcome.
+        through one by one, each to its own outcome. After a failure of the group's
+        transaction, each append may have been written all the same (an exception raised by a
+        signal handler once the `COMMIT` had left): one then refused by a moved stream is first
+        looked up in the log, and returned if it is there.
         """
         alone = group
+        maybe_written = False
         if len(group) > 1:
             try:
                 outcomes = self._write([queued.prepared for queued in group])
@@ -94,6 +98,7 @@ class Appender:
                         queued.error = e
                     return
                 outcomes = None
+                maybe_written = True
             if outcomes is not None:
                 alone = []
                 for queued, outcome in zip(group, outcomes, strict=True):
@@ -107,19 +112,25 @@ class Appender:
             if queued.abandoned:  # its caller was interrupted, and told so: never written after
                 continue
             try:
-                queued.recorded = self._write_alone(queued.prepared)
+                queued.recorded = self._write_alone(queued.prepared, maybe_written=maybe_written)
             except Exception as e:
                 queued.error = e
 
-    def _write_alone(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent]:
+    def _write_alone(
+        self, prepared: Sequence[PreparedAppend], *, maybe_written: bool = False
+    ) -> list[RecordedEvent]:
+        """`prepared` in a transaction of its own, statement by statement when it `maybe_written`
+        (its event ids then found taken by a bound parameter, not in a query that carries every
+        value of the append, which PostgreSQL would log whole)."""
         try:
-            (outcome,) = self._write([prepared])
+            (outcome,) = self._write([prepared], server_numbered=not maybe_written)
             if isinstance(outcome, ConcurrencyError):
                 raise outcome
             return outcome
         except ConcurrencyError:
-            # A stream moved: a retry of a recorded append, when the caller chose its ids.
-            if not any(p.ids_given for p in prepared):
+            # A stream moved: a retry of a recorded append, when the caller chose its ids, or
+            # when a failed group's transaction may have written it.
+            if not (maybe_written or any(p.ids_given for p in prepared)):
                 raise
             recorded = self._retried(prepared)
             if recorded is None:
@@ -132,12 +143,13 @@ class Appender:
             return recorded
 
     def _write(
-        self, appends: Sequence[Sequence[PreparedAppend]]
+        self, appends: Sequence[Sequence[PreparedAppend]], *, server_numbered: bool = True
     ) -> list[list[RecordedEvent] | ConcurrencyError]:
         """`appends` in one transaction; each one's recorded events, or the ConcurrencyError
-        that refused it (and wrote none of it)."""
+        that refused it (and wrote none of it). Numbered by the database when it can, and
+        `server_numbered`."""
         try:
-            written = self._server_numbered(appends)
+            written = self._server_numbered(appends) if server_numbered else None
             if written is not None:
                 return written
             with self._backend.append_transaction(appends[0][0].stream_id) as started:

@@ -4,12 +4,15 @@ itself, under SQLAlchemy's: find it, read a query's last rows, close it at once.
 from __future__ import annotations
 
 from contextlib import suppress
-from typing import Any
+from typing import Any, cast
 
 import psycopg
+from sqlalchemy import Connection
 from sqlalchemy.pool import PoolProxiedConnection
 
-__all__ = ["LastRowsCursor", "close_now", "driver_connection"]
+from trm_store.postgres_prepared import AS_IS
+
+__all__ = ["LastRowsCursor", "close_now", "driver_connection", "last_rows"]
 
 
 def driver_connection(connection: PoolProxiedConnection) -> psycopg.Connection[Any]:
@@ -41,3 +44,17 @@ def close_now(raw: psycopg.Connection[Any]) -> None:
     """Close the driver's connection at once, in whatever state (the server rolls back)."""
     with suppress(Exception):
         raw.close()
+
+
+def last_rows(conn: Connection, raw: psycopg.Connection[Any], sql: str) -> list[Any]:
+    """Send `sql` (several statements, as it is) through SQLAlchemy; the rows of the last
+    statement that returned any. Only this query's cursor is a `LastRowsCursor`: a caller's own
+    statements in the transaction (`write_transaction`) get psycopg's usual cursor."""
+    default_cursor, raw.cursor_factory = raw.cursor_factory, LastRowsCursor
+    try:
+        result = conn.exec_driver_sql(sql, execution_options=AS_IS)
+        rows = cast(LastRowsCursor, result.context.cursor).last_rows
+        result.close()
+        return rows
+    finally:
+        raw.cursor_factory = default_cursor

@@ -34,7 +34,7 @@ import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any, cast
+from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -43,9 +43,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import PoolProxiedConnection
 
 from trm_store.errors import StoreError
-from trm_store.postgres_connection import LastRowsCursor, close_now, driver_connection
+from trm_store.postgres_connection import close_now, driver_connection, last_rows
 from trm_store.postgres_prepared import (
-    AS_IS,
     NO_SUCH_PREPARED_STATEMENT,
     Prepared,
     ensure_prepared,
@@ -61,6 +60,9 @@ SENT_WHOLE = (
 )
 """The statement of the error raised when a connection is lost once that query left (its
 outcome unknown), in place of the query's text."""
+_MAY_HAVE_COMMITTED = (
+    "the transaction's last query, with its COMMIT, had left: it may have been written"
+)
 _ABORTED = (
     "a statement of the transaction failed and its error was caught (by a projection's apply?):"
     " PostgreSQL ends such a transaction, and would answer its COMMIT with a rollback; nothing"
@@ -137,18 +139,23 @@ class PostgresWriters:
         Whatever `first` waits for (the lock), the `COMMIT` is not on its way: a caller gone
         meanwhile (interrupted, killed) leaves a transaction the server rolls back. Once `last`
         has left, a lost connection leaves its outcome unknown, as a `COMMIT`'s is: that error
-        is the caller's. An error keeps no copy of `last`'s text (it holds every value sent).
+        is the caller's, and so is an interrupt's (a note on it says so). An error keeps no copy
+        of `last`'s text (it holds every value sent).
         """
         with self._connection(first, None, prepare) as (conn, connection, raw, _):
+            sent = False
             try:
                 sql = psycopg.ClientCursor(raw).mogrify(f"{last}; COMMIT", params)
-                rows = _last_rows(conn, raw, sql)
+                sent = True
+                rows = last_rows(conn, raw, sql)
                 conn.commit()  # nothing to send: SQLAlchemy's transaction ends with the server's
                 return rows
             except BaseException as e:
                 unsure(connection)  # psycopg's rollback may deallocate them all
                 if isinstance(e, DBAPIError):
                     e.statement = SENT_WHOLE
+                elif sent:  # an interrupt (a signal handler's exception): the COMMIT had left
+                    e.add_note(_MAY_HAVE_COMMITTED)
                 with suppress(Exception):
                     conn.rollback()
                 if isinstance(e, DBAPIError) and not e.connection_invalidated:
@@ -213,7 +220,7 @@ class PostgresWriters:
             conn.begin()
             for statement in prepare:
                 ensure_prepared(conn, connection, statement)
-            rows = _last_rows(conn, raw, sql)
+            rows = last_rows(conn, raw, sql)
         except BaseException:
             close_now(raw)
             raise
@@ -271,20 +278,6 @@ class PostgresWriters:
 
 _ALL: weakref.WeakSet[PostgresWriters] = weakref.WeakSet()
 """Every store's writers in this process, for the at-fork hook."""
-
-
-def _last_rows(conn: Connection, raw: psycopg.Connection[Any], sql: str) -> list[Any]:
-    """Send `sql` (several statements, as it is) through SQLAlchemy; the rows of the last
-    statement that returned any. Only this query's cursor is a `LastRowsCursor`: a caller's own
-    statements in the transaction (`write_transaction`) get psycopg's usual cursor."""
-    default_cursor, raw.cursor_factory = raw.cursor_factory, LastRowsCursor
-    try:
-        result = conn.exec_driver_sql(sql, execution_options=AS_IS)
-        rows = cast(LastRowsCursor, result.context.cursor).last_rows
-        result.close()
-        return rows
-    finally:
-        raw.cursor_factory = default_cursor
 
 
 def _forget_in_child() -> None:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import ExceptionContext
 
-from tests.store.helpers import TOTALS, added, noted, totals
+from tests.store.helpers import TOTALS, added, noted, totals, writing_held
 from tests.store.round_trip_proxy import round_trip_proxy
 from trm_store import (
     ConcurrencyError,
@@ -109,6 +110,30 @@ def test_a_retried_append_returns_the_recorded_events_and_a_reused_id_is_refused
         assert [e.position for e in store.append("t", [noted(3)])] == [2]
 
 
+def test_a_retry_with_the_callers_ids_never_fails_the_query_that_holds_its_values(
+    pg_url: str,
+) -> None:
+    """The insert finds a chosen id taken and inserts nothing: no error, so PostgreSQL logs no
+    failed statement holding every value of the append (it would, at its default
+    `log_min_error_statement`); the unique index then refuses it statement by statement, on a
+    bound parameter (review)."""
+    marker = "a-value-no-log-should-hold"
+    event = NewEvent("test.noted", {"amount": 1, "note": marker}, event_id=_ID)
+    with open_store(pg_url, projections={}) as store:
+        first = store.append("s", [event])
+        failed: list[str] = []
+
+        @event_listens(store)
+        def _seen(context: ExceptionContext) -> None:
+            failed.append(context.statement or "")
+
+        assert store.append("s", [event]) == first
+        with pytest.raises(EventIdConflictError):
+            store.append("t", [NewEvent("test.noted", {"amount": 2, "note": marker}, event_id=_ID)])
+        assert failed  # the statement-by-statement insert's refusals
+        assert not any(marker in statement for statement in failed), failed
+
+
 def test_a_following_row_of_another_code_is_set_to_the_head_by_an_append_it_does_not_take(
     pg_url: str,
 ) -> None:
@@ -157,7 +182,7 @@ def test_the_insert_runs_its_generic_plan_which_reads_the_indexes(pg_url: str) -
                 row[0]
                 for row in raw.execute(
                     "EXPLAIN (COSTS OFF) EXECUTE trm_append_rows"
-                    "('{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', now(), '{}', '{}')"
+                    "('{}', '{}', '{}', '{}', '{}', '{}', now(), '{}', '{}', '{}', '{}', '{}')"
                 )
             )
         finally:
@@ -297,6 +322,59 @@ def test_an_append_interrupted_while_it_waits_for_the_lock_is_never_written(
         holder.close()
 
 
+def test_an_interrupt_once_the_insert_left_says_the_append_may_have_been_written(
+    pg_url: str,
+) -> None:
+    """An exception raised (as by a signal handler) once the insert and its `COMMIT` had left:
+    the caller gets it, with a note that the append may have been written; here it was."""
+    with open_store(pg_url, projections={}) as store:
+        store.append("s", [noted(1)])
+        _interrupt_after_the_insert(store)
+        with pytest.raises(TimeoutError) as interrupted:
+            store.append("s", [noted(2)])
+        assert any("may have been written" in note for note in interrupted.value.__notes__)
+        assert [e.data["amount"] for e in store.read_all()] == [1, 2]
+
+
+def test_a_group_whose_writer_was_interrupted_once_its_commit_left_tells_each_its_outcome(
+    pg_url: str,
+) -> None:
+    """Four appends written as one group, its writer interrupted once the insert and `COMMIT`
+    had left (they committed): written one by one again, each finds its stream moved, looks
+    itself up in the log and returns its recorded events; none is refused or written twice
+    (each was told `ConcurrencyError ... nothing was written`: review)."""
+    with open_store(pg_url, projections={}) as store:
+        for n in range(4):
+            store.append(f"v{n}", [noted(0)])
+        _interrupt_after_the_insert(store)
+        outcomes: dict[int, object] = {}
+
+        def append(n: int) -> None:
+            try:
+                outcomes[n] = store.append(f"v{n}", [noted(1)], expected_version=1)
+            except Exception as e:
+                outcomes[n] = e
+
+        queue = store._appends  # type: ignore[attr-defined]
+        threads = [threading.Thread(target=append, args=(n,)) for n in range(4)]
+        with writing_held(queue):  # all four queue behind it, and go as one group
+            for thread in threads:
+                thread.start()
+            for _ in range(500):
+                if len(queue._queued) == 4:
+                    break
+                time.sleep(0.01)
+        for thread in threads:
+            thread.join(10)
+        log = list(store.read_all())
+        assert len(log) == 8
+        for n in range(4):
+            recorded = outcomes[n]
+            assert isinstance(recorded, list), recorded
+            assert [(e.stream_id, e.version) for e in recorded] == [(f"v{n}", 2)]
+            assert recorded[0] in log
+
+
 def test_a_connection_lost_once_the_insert_left_is_the_callers_error_and_keeps_no_values(
     pg_url: str,
 ) -> None:
@@ -397,6 +475,27 @@ def test_any_stream_ids_and_values_come_back_exactly(
             for e in events
         ]
         assert [e.data["note"] for e in read] == [e.data["note"] for _, es in items for e in es]
+
+
+def event_listens(store: object) -> Callable[[Callable[[ExceptionContext], None]], object]:
+    """Decorate a `handle_error` listener of the store's engine."""
+    return lambda listener: event.listen(
+        store._backend.engine,  # type: ignore[attr-defined]
+        "handle_error",
+        listener,
+    )
+
+
+def _interrupt_after_the_insert(store: object) -> None:
+    """Raise TimeoutError, as a signal handler would, once the next insert query has run."""
+    fired: list[bool] = []
+
+    def interrupt(_c: object, _cur: object, statement: str, *_: object) -> None:
+        if "EXECUTE trm_append_rows(" in statement and not fired:
+            fired.append(True)
+            raise TimeoutError("a signal handler's, once the COMMIT had left")
+
+    event.listen(store._backend.engine, "after_cursor_execute", interrupt)  # type: ignore[attr-defined]
 
 
 def _libpq(url: str) -> str:
