@@ -22,7 +22,9 @@ Equal work and durability on both sides:
   prints;
 - PostgreSQL: the server's settings (`synchronous_commit` on) for both, each in a fresh schema
   of database `test` (dropped after);
-- trm's store is opened as users open it: `open_store`, every domain projection registered.
+- trm's store is opened as users open it: `open_store`, every domain projection registered (none
+  takes `bench.appended`, so on PostgreSQL trm's appends are numbered by the database in two
+  round trips, `trm_store.postgres_append`).
 
 Rounds alternate the sides (which goes first alternates too) and the median is kept.
 
