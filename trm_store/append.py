@@ -161,13 +161,19 @@ class Appender:
         self, appends: Sequence[Sequence[PreparedAppend]]
     ) -> list[list[RecordedEvent] | ConcurrencyError] | None:
         """`appends` numbered and inserted by the database (`Backend.append_server_numbered`),
-        when the backend does that and no projection of this store takes their events (those
-        are applied in the append's transaction, in Python); None when they were not written
-        so. Whatever it leaves (a stream moved, an event id taken) the caller writes statement
-        by statement, which tells each append's outcome."""
+        when the backend does that, no projection of this store takes their events (those are
+        applied in the append's transaction, in Python) and no caller chose their ids (a retry
+        is refused by the unique index: an error, which PostgreSQL logs with the query that
+        holds every value); None when they were not written so. Whatever it leaves (a stream
+        moved, an event id taken) the caller writes statement by statement, which tells each
+        append's outcome."""
         write = self._backend.append_server_numbered
-        if write is None or self._projections.take_any(
-            {t for prepared in appends for item in prepared for t in item.types}
+        if (
+            write is None
+            or any(item.ids_given for prepared in appends for item in prepared)
+            or self._projections.take_any(
+                {t for prepared in appends for item in prepared for t in item.types}
+            )
         ):
             return None
         now = datetime.now(UTC)

@@ -54,7 +54,8 @@ class AppendServerNumbered(Protocol):
         """Each event's position and version, in order; None when nothing was written: too
         large an append, a stream not at an append's expected version, an event id taken, or a
         projection's checkpoint row to change (`ours`: the projections this code runs, name ->
-        version). The caller never sends it events a projection of `ours` takes."""
+        version). The caller never sends it events a projection of `ours` takes, nor ids of
+        its callers' choosing."""
 
 
 class Backend(Protocol):

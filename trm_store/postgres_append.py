@@ -23,13 +23,17 @@ statement unnests (a JSON text is one escaped array element: ASCII, no NUL,
 It inserts nothing (and the caller appends statement by statement, `trm_store.append`, which
 decides each append alone) when a stream is not at an append's expected version, or when a
 projection would have to act in the append: one of this code's at the head, which starts to
-follow the log, or one that follows it but is not this code's, which is set to the head; or
-when an event id the caller chose is taken (a retry). Any error of the insert rolls back with
-nothing written, and the caller goes statement by statement too (PostgreSQL logs the failed
-query whole, values included, at its default `log_min_error_statement`: the insert keeps the
-usual refusals out of errors). Its caller never sends it events that a projection of this code
-takes (applied in the append's transaction, in Python), nor appends larger than
-`SERVER_NUMBERED_MAX_CHARS` (a query text is held whole by both sides; a `COPY` streams).
+follow the log, or one that follows it but is not this code's, which is set to the head. Any
+error of the insert rolls back with nothing written, and the caller goes statement by statement
+too. PostgreSQL logs a failed query whole, values included, at its default
+`log_min_error_statement`, so the usual refusals are kept out of errors: a stream's version and
+the projections' rows refuse by inserting nothing, and appends whose caller chose event ids
+(which may be retries, refused by the unique index) go statement by statement from the start.
+Checking those ids in the insert cost a sequential scan of the log an append: the generic plan,
+made when the log was small, kept it (`bench/README.md`, twenty-third session). Its caller
+never sends it events that a projection of this code takes (applied in the append's
+transaction, in Python), nor appends larger than `SERVER_NUMBERED_MAX_CHARS` (a query text is
+held whole by both sides; a `COPY` streams).
 
 `recorded_at` is the client's clock when the append asks for the lock (the statement-by-statement
 append reads it once the lock is granted): the two differ by the wait for the lock.
@@ -56,12 +60,12 @@ APPEND_ROWS = Prepared(
     # The events' data and meta last: an idle writer's last query, in `pg_stat_activity`, shows
     # its first 1 KiB (`track_activity_query_size`), ids and streams before any value.
     "PREPARE trm_append_rows(text[], text[], text[], int[], bigint[], int[], timestamptz,"
-    " text[], int[], text[], text[], text[]) AS"
+    " text[], int[], text[], text[]) AS"
     " WITH head AS (SELECT coalesce(max(position), 0) AS head FROM events),"
     # Each event's version: its stream's, plus its rank in the stream's events of the query.
     " numbered AS (SELECT u.*, (SELECT coalesce(max(e.stream_version), 0) FROM events AS e"
     " WHERE e.stream_id = u.stream_id) + u.rank AS version"
-    " FROM unnest($1, $2, $3, $4, $5, $6, $11, $12) WITH ORDINALITY"
+    " FROM unnest($1, $2, $3, $4, $5, $6, $10, $11) WITH ORDINALITY"
     " AS u(event_id, stream_id, type, schema_version, expected, rank, data, meta, n))"
     " INSERT INTO events (position, event_id, stream_id, stream_version, type, schema_version,"
     " data, meta, recorded_at)"
@@ -75,9 +79,6 @@ APPEND_ROWS = Prepared(
     " ON ours.name = p.name AND ours.version = p.version, head"
     f" WHERE CASE WHEN ours.name IS NULL THEN p.checkpoint = {FOLLOWING}"
     " ELSE p.checkpoint = head.head END)"
-    # An id the caller chose, taken: a retry, which the unique index would refuse with an error
-    # (and PostgreSQL log this query, every value of the append in it, as the failed statement).
-    " AND NOT EXISTS (SELECT FROM events WHERE event_id = ANY($10))"
     " RETURNING position, stream_version",
 )
 """The insert, prepared once per writer connection: it returns each inserted event's position
@@ -86,8 +87,7 @@ and version, and no row when it inserted nothing."""
 _EXECUTE = (
     "SET LOCAL plan_cache_mode = force_generic_plan;"
     f" EXECUTE {APPEND_ROWS.name}(%(event_ids)s, %(stream_ids)s, %(types)s, %(schema_versions)s,"
-    " %(expected)s, %(ranks)s, %(recorded_at)s, %(names)s, %(versions)s, %(ids_given)s,"
-    " %(datas)s, %(metas)s)"
+    " %(expected)s, %(ranks)s, %(recorded_at)s, %(names)s, %(versions)s, %(datas)s, %(metas)s)"
 )
 """Its generic plan, forced for the transaction: PostgreSQL otherwise planned the statement anew
 at every run (600 custom plans in 600 runs, as `pg_prepared_statements` counts them: the generic
@@ -109,8 +109,8 @@ def numbered_insert(
 ) -> tuple[str, dict[str, Any]]:
     """The insert's `EXECUTE` and its values (for `PostgresWriters.in_two`): every event of
     `appends`, in order, with its rank among its stream's events in them (1, 2, ...), the first
-    of each stream's part (`PreparedAppend`) carrying its expected version, the ids of parts
-    whose caller chose them apart; `ours` the projections this code runs (name -> version)."""
+    of each stream's part (`PreparedAppend`) carrying its expected version; `ours` the
+    projections this code runs (name -> version)."""
     items = [item for a in appends for item in a]
     expected: list[int | None] = []
     ranks: list[int] = []
@@ -130,7 +130,6 @@ def numbered_insert(
         "expected": _int_array(expected),
         "ranks": _int_array(ranks),
         "recorded_at": recorded_at,
-        "ids_given": _text_array(e for item in items if item.ids_given for e in item.event_ids),
         "names": _text_array(ours),
         "versions": _int_array(ours.values()),
     }
