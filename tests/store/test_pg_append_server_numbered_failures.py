@@ -1,0 +1,291 @@
+"""An append numbered by the database on PostgreSQL (`trm_store.postgres_append`) when things
+fail: a connection dead while idle (the server's goodbye, or a NAT's silence), a session that lost
+the prepared statements, a writer killed or interrupted while it waits for the lock (nothing is
+written after), an interrupt or a lost connection once the insert and its `COMMIT` have left
+(the outcome unknown, and said so; a group's callers each told the truth)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psycopg
+import pytest
+from sqlalchemy import event
+from sqlalchemy.engine import ExceptionContext
+
+from tests.store.helpers import noted, writing_held
+from tests.store.round_trip_proxy import round_trip_proxy
+from trm_store import (
+    NewEvent,
+    StoreError,
+    open_store,
+)
+from trm_store.connect import normalise_url
+from trm_store.postgres import APPEND_LOCK_NAMESPACE
+
+pytestmark = pytest.mark.postgres
+
+
+def test_a_kept_connection_killed_while_idle_is_replaced_before_anything_is_written(
+    pg_url: str,
+) -> None:
+    url = pg_url + "&application_name=trm-numbered-test"
+    with open_store(url, projections={}) as store:
+        store.append("s", [noted(1)])
+        disconnects: list[bool] = []
+
+        @event.listens_for(store._backend.engine, "handle_error")
+        def _seen(context: ExceptionContext) -> None:
+            disconnects.append(context.is_disconnect)
+
+        killed = _admin(
+            pg_url,
+            "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
+            " WHERE application_name = 'trm-numbered-test' AND state = 'idle'"
+            " AND query LIKE '%EXECUTE trm_append_rows(%'",  # the writer's, not the pool's
+        )
+        assert len(killed) == 1
+        assert [e.position for e in store.append("s", [noted(2)])] == [2]
+        assert disconnects == [True]  # seen at the lock's query, before anything was written
+        assert [e.version for e in store.read_stream("s")] == [1, 2]
+
+
+def test_a_kept_connection_the_network_dropped_silently_is_replaced_with_no_error(
+    pg_url: str,
+) -> None:
+    """No goodbye from the server (a NAT's idle timeout): the lock's query meets a reset, with
+    nothing written, and the append begins again on a new connection (review)."""
+    with round_trip_proxy(pg_url) as (proxy, url), open_store(url, projections={}) as store:
+        store.append("s", [noted(1)])
+        proxy.forget_flows()
+        assert [(e.position, e.version) for e in store.append("s", [noted(2)])] == [(2, 2)]
+    with open_store(pg_url, projections={}) as store:
+        assert [e.data["amount"] for e in store.read_all()] == [1, 2]
+
+
+def test_a_session_that_lost_the_prepared_insert_is_replaced_with_no_error(pg_url: str) -> None:
+    """A `DEALLOCATE ALL` (a pooler's reset) makes the lock's `EXECUTE` fail, with nothing
+    written: the append begins again on a new connection."""
+    with open_store(pg_url, projections={}) as store:
+        store.append("s", [noted(1)])
+        (kept,) = store._backend._writers._idle  # type: ignore[attr-defined]
+        kept.dbapi_connection.execute("DEALLOCATE ALL")
+        assert [e.position for e in store.append("s", [noted(2)])] == [2]
+        assert [e.version for e in store.read_stream("s")] == [1, 2]
+
+
+_CHILD = """
+import sys
+from tests.store.helpers import noted
+from trm_store import open_store
+store = open_store(sys.argv[1], projections={})
+store.append("s", [noted(1)])  # its statements prepared
+print("ready", flush=True)
+sys.stdin.readline()
+store.append("s", [noted(2)])
+print("written", flush=True)
+"""
+
+
+def test_a_writer_killed_while_it_waits_for_the_lock_writes_nothing(pg_url: str) -> None:
+    """SIGKILL of a writer process whose append waits for the lock (held here): the `COMMIT`
+    never left with the lock's wait, so the server rolls the append back once the lock is free
+    (sent in one query with the lock, it was written after its process had died: review)."""
+    holder = psycopg.connect(_libpq(pg_url))
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, pg_url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline() == "ready\n"
+        _hold_the_append_lock(holder)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert _wait_for(pg_url, "wait_event_type = 'Lock'")
+        child.kill()
+        child.wait(10)
+        holder.rollback()  # the lock is free: the killed writer's transaction goes on, or not
+        time.sleep(0.5)
+        with open_store(pg_url, projections={}) as store:
+            assert [e.data["amount"] for e in store.read_all()] == [1]
+            assert [e.version for e in store.append("s", [noted(3)])] == [2]
+    finally:
+        child.kill()
+        holder.close()
+
+
+def test_an_append_interrupted_while_it_waits_for_the_lock_is_never_written(
+    pg_url: str,
+) -> None:
+    """An exception raised by a signal handler in the thread that waits for the lock (a
+    timeout): the caller is told, and the append never lands afterwards."""
+
+    def interrupt(_signal: int, _frame: object) -> None:
+        raise TimeoutError("gave up waiting")
+
+    holder = psycopg.connect(_libpq(pg_url))
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        with open_store(pg_url, projections={}) as store:
+            store.append("s", [noted(1)])
+            _hold_the_append_lock(holder)
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            with pytest.raises(TimeoutError):
+                store.append("s", [noted(2)])
+            holder.rollback()
+            time.sleep(0.5)
+            assert [e.data["amount"] for e in store.read_all()] == [1]
+            assert [e.version for e in store.append("s", [noted(3)])] == [2]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        holder.close()
+
+
+def test_an_interrupt_once_the_insert_left_says_the_append_may_have_been_written(
+    pg_url: str,
+) -> None:
+    """An exception raised (as by a signal handler) once the insert and its `COMMIT` had left:
+    the caller gets it, with a note that the append may have been written; here it was."""
+    with open_store(pg_url, projections={}) as store:
+        store.append("s", [noted(1)])
+        _interrupt_after_the_insert(store)
+        with pytest.raises(TimeoutError) as interrupted:
+            store.append("s", [noted(2)])
+        assert any("may have been written" in note for note in interrupted.value.__notes__)
+        assert [e.data["amount"] for e in store.read_all()] == [1, 2]
+
+
+def test_a_group_whose_writer_was_interrupted_once_its_commit_left_tells_each_its_outcome(
+    pg_url: str,
+) -> None:
+    """Four appends written as one group, its writer interrupted once the insert and `COMMIT`
+    had left (they committed): written one by one again, each finds its stream moved, looks
+    itself up in the log and returns its recorded events; none is refused or written twice
+    (each was told `ConcurrencyError ... nothing was written`: review)."""
+    with open_store(pg_url, projections={}) as store:
+        for n in range(4):
+            store.append(f"v{n}", [noted(0)])
+        _interrupt_after_the_insert(store)
+        outcomes: dict[int, object] = {}
+
+        def append(n: int) -> None:
+            try:
+                outcomes[n] = store.append(f"v{n}", [noted(1)], expected_version=1)
+            except Exception as e:
+                outcomes[n] = e
+
+        queue = store._appends  # type: ignore[attr-defined]
+        threads = [threading.Thread(target=append, args=(n,)) for n in range(4)]
+        with writing_held(queue):  # all four queue behind it, and go as one group
+            for thread in threads:
+                thread.start()
+            for _ in range(500):
+                if len(queue._queued) == 4:
+                    break
+                time.sleep(0.01)
+        for thread in threads:
+            thread.join(10)
+        log = list(store.read_all())
+        assert len(log) == 8
+        for n in range(4):
+            recorded = outcomes[n]
+            assert isinstance(recorded, list), recorded
+            assert [(e.stream_id, e.version) for e in recorded] == [(f"v{n}", 2)]
+            assert recorded[0] in log
+
+
+def test_a_connection_lost_once_the_insert_left_is_the_callers_error_and_keeps_no_values(
+    pg_url: str,
+) -> None:
+    """The insert is slowed by a trigger and its backend killed while it runs: the append's
+    outcome is unknown to it (its `COMMIT` had left), so the StoreError says it may have been
+    written, and its chain carries no copy of the query (every value of the append)."""
+    secret = "do-not-echo-" + "q" * 64
+    with open_store(pg_url, projections={}) as store:
+        store.append("s", [noted(1)])
+        _admin(
+            pg_url,
+            "CREATE FUNCTION slow_insert() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN PERFORM pg_sleep(30); RETURN NEW; END $$;"
+            " CREATE TRIGGER slow BEFORE INSERT ON events FOR EACH ROW"
+            " WHEN (NEW.stream_id = 'slow') EXECUTE FUNCTION slow_insert()",
+        )
+        outcome: list[BaseException] = []
+
+        def append() -> None:
+            try:
+                store.append("slow", [NewEvent("test.noted", {"amount": 2, "note": secret})])
+            except BaseException as e:
+                outcome.append(e)
+
+        waiting = threading.Thread(target=append)
+        waiting.start()
+        assert _wait_for(pg_url, "query LIKE '%EXECUTE trm_append_rows(%' AND state = 'active'")
+        _admin(
+            pg_url,
+            "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
+            " WHERE query LIKE '%EXECUTE trm_append_rows(%' AND state = 'active'"
+            " AND pid <> pg_backend_pid()",
+        )
+        waiting.join(10)
+        [error] = outcome
+        assert isinstance(error, StoreError)
+        assert "with an append in flight, which may have been written" in str(error)
+        chain = []
+        cause: BaseException | None = error
+        while cause is not None:
+            chain.append(str(cause))
+            cause = cause.__cause__ or cause.__context__
+        assert not any(secret in message for message in chain), chain
+        assert [e.data["amount"] for e in store.read_all()] == [1]
+        assert [e.version for e in store.append("s", [noted(3)])] == [2]
+
+
+def _interrupt_after_the_insert(store: object) -> None:
+    """Raise TimeoutError, as a signal handler would, once the next insert query has run."""
+    fired: list[bool] = []
+
+    def interrupt(_c: object, _cur: object, statement: str, *_: object) -> None:
+        if "EXECUTE trm_append_rows(" in statement and not fired:
+            fired.append(True)
+            raise TimeoutError("a signal handler's, once the COMMIT had left")
+
+    event.listen(store._backend.engine, "after_cursor_execute", interrupt)  # type: ignore[attr-defined]
+
+
+def _libpq(url: str) -> str:
+    return normalise_url(url).replace("postgresql+psycopg", "postgresql")
+
+
+def _admin(url: str, sql: str) -> list[tuple[object, ...]]:
+    """Run `sql` on a connection of its own, in the test's schema; its rows, if any."""
+    with psycopg.connect(_libpq(url), autocommit=True) as admin:
+        cursor = admin.execute(sql)
+        return cursor.fetchall() if cursor.description is not None else []
+
+
+def _hold_the_append_lock(holder: psycopg.Connection[object]) -> None:
+    holder.execute(
+        "SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (APPEND_LOCK_NAMESPACE,)
+    )
+
+
+def _wait_for(url: str, condition: str) -> bool:
+    """Whether a backend other than this query's own meets `condition` within 10 s."""
+    for _ in range(500):
+        if _admin(
+            url,
+            "SELECT 1 FROM pg_stat_activity"
+            f" WHERE pid <> pg_backend_pid() AND datname = current_database() AND {condition}",
+        ):
+            return True
+        time.sleep(0.02)
+    return False
