@@ -27,7 +27,7 @@ from trm_store.postgres_append import (
 from trm_store.postgres_prepared import Prepared
 from trm_store.postgres_read_only import guard_read_only
 from trm_store.postgres_session import set_session_on_connect
-from trm_store.postgres_writers import SENT_WHOLE, PostgresWriters
+from trm_store.postgres_writers import LAST_QUERY_HIDDEN, PostgresWriters
 from trm_store.prepared import PreparedAppend
 from trm_store.rebuild_lock import RebuildLock, advisory_rebuild_lock
 from trm_store.rows_insert import copy_rows
@@ -135,7 +135,7 @@ class PostgresBackend:
                 prepare=(_LOCK_AND_NOTIFY, APPEND_ROWS),
             )
         except DBAPIError as e:
-            if e.statement == SENT_WHOLE:  # lost once the insert and its COMMIT had left
+            if e.statement == LAST_QUERY_HIDDEN:  # lost once the insert and its COMMIT had left
                 raise StoreError(
                     f"lost the connection to {self.describe()} with an append in flight, which"
                     " may have been written (a retry with the same event ids is recorded once):"

@@ -51,11 +51,11 @@ from trm_store.postgres_prepared import (
     unsure,
 )
 
-__all__ = ["SENT_WHOLE", "PostgresWriters", "TransactionAborted"]
+__all__ = ["LAST_QUERY_HIDDEN", "PostgresWriters", "TransactionAborted"]
 
 _OPENED_AFTER = "trm_opened_after_closes"
 """The key, in a writer connection's `info`, of the `close` count it was opened under."""
-SENT_WHOLE = (
+LAST_QUERY_HIDDEN = (
     "-- the last query of a transaction in two (PostgresWriters.in_two): its text is not kept"
 )
 """The statement of the error raised when a connection is lost once that query left (its
@@ -153,7 +153,7 @@ class PostgresWriters:
             except BaseException as e:
                 unsure(connection)  # psycopg's rollback may deallocate them all
                 if isinstance(e, DBAPIError):
-                    e.statement = SENT_WHOLE
+                    e.statement = LAST_QUERY_HIDDEN
                 elif sent:  # an interrupt (a signal handler's exception): the COMMIT had left
                     e.add_note(_MAY_HAVE_COMMITTED)
                 with suppress(Exception):
