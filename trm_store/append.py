@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from itertools import islice
 from typing import Any
 
 from sqlalchemy import Connection
@@ -23,12 +22,13 @@ from trm_store.backend import Backend, reading, store_error
 from trm_store.driver import bind_processor
 from trm_store.errors import ConcurrencyError, EventValidationError, StoreError
 from trm_store.event_reuse import duplicate_id, event_ids, retried
-from trm_store.events import RecordedEvent, recorded_event
+from trm_store.events import RecordedEvent
 from trm_store.log import events_by_id, stream_heads
 from trm_store.prepared import PreparedAppend
 from trm_store.projection_runner import ProjectionSet
 from trm_store.rows_insert import RowsInsert, insert_rows
 from trm_store.schema import EVENT_COLUMNS, EVENTS
+from trm_store.written import Written
 
 __all__ = ["INSERT_EVENTS", "Appender"]
 
@@ -103,7 +103,7 @@ class Appender:
                 alone = []
                 for queued, outcome in zip(group, outcomes, strict=True):
                     if not isinstance(outcome, ConcurrencyError):
-                        queued.recorded = outcome
+                        queued.written = outcome
                     elif any(item.ids_given for item in queued.prepared):
                         alone.append(queued)  # perhaps recorded already: `_write_alone` tells
                     else:
@@ -112,13 +112,13 @@ class Appender:
             if queued.abandoned:  # its caller was interrupted, and told so: never written after
                 continue
             try:
-                queued.recorded = self._write_alone(queued.prepared, maybe_written=maybe_written)
+                queued.written = self._write_alone(queued.prepared, maybe_written=maybe_written)
             except Exception as e:
                 queued.error = e
 
     def _write_alone(
         self, prepared: Sequence[PreparedAppend], *, maybe_written: bool = False
-    ) -> list[RecordedEvent]:
+    ) -> Written:
         """`prepared` in a transaction of its own, statement by statement when it `maybe_written`
         (its event ids then found taken by a bound parameter, not in a query that carries every
         value of the append, which PostgreSQL would log whole)."""
@@ -135,18 +135,18 @@ class Appender:
             recorded = self._retried(prepared)
             if recorded is None:
                 raise
-            return recorded
+            return Written.found(recorded)
         except _EventIdTaken as e:
             recorded = self._retried(prepared)
             if recorded is None:  # not reached: the log only grows, so the taken id is there
                 raise store_error(self._backend, e.error) from e.error
-            return recorded
+            return Written.found(recorded)
 
     def _write(
         self, appends: Sequence[Sequence[PreparedAppend]], *, server_numbered: bool = True
-    ) -> list[list[RecordedEvent] | ConcurrencyError]:
-        """`appends` in one transaction; each one's recorded events, or the ConcurrencyError
-        that refused it (and wrote none of it). Numbered by the database when it can, and
+    ) -> list[Written | ConcurrencyError]:
+        """`appends` in one transaction; each one as written, or the ConcurrencyError that
+        refused it (and wrote none of it). Numbered by the database when it can, and
         `server_numbered`."""
         try:
             written = self._server_numbered(appends) if server_numbered else None
@@ -159,7 +159,7 @@ class Appender:
 
     def _server_numbered(
         self, appends: Sequence[Sequence[PreparedAppend]]
-    ) -> list[list[RecordedEvent] | ConcurrencyError] | None:
+    ) -> list[Written | ConcurrencyError] | None:
         """`appends` numbered and inserted by the database (`Backend.append_server_numbered`),
         when the backend does that, no projection of this store takes their events (those are
         applied in the append's transaction, in Python) and no caller chose their ids (a retry
@@ -180,18 +180,14 @@ class Appender:
         numbered = write(appends, now, self._projections.versions)
         if numbered is None:
             return None
-        stored = iter(numbered)
-        outcomes: list[list[RecordedEvent] | ConcurrencyError] = []
+        outcomes: list[Written | ConcurrencyError] = []
+        first = 0  # each item's first event's position and version; its others follow them
         for prepared in appends:
-            outcomes.append(
-                [
-                    recorded_event(position, e, item.stream_id, version, t, sv, d, m, now)
-                    for item in prepared
-                    for (e, t, sv, d, _, m, _), (position, version) in zip(
-                        item.columns(), islice(stored, len(item.event_ids)), strict=True
-                    )
-                ]
-            )
+            starts = []
+            for item in prepared:
+                starts.append(numbered[first])
+                first += len(item.event_ids)
+            outcomes.append(Written(prepared, starts, now))
         return outcomes
 
     def _retried(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent] | None:
@@ -210,8 +206,10 @@ class Appender:
         conn: Connection,
         read: AppendHeads,
         appends: Sequence[Sequence[PreparedAppend]],
-    ) -> list[list[RecordedEvent] | ConcurrencyError]:
-        """The group's rows under the lock, from what the backend `read` under it."""
+    ) -> list[Written | ConcurrencyError]:
+        """The group's rows under the lock, from what the backend `read` under it. The
+        recorded events are built here only for the projections that take them; the others
+        are their callers' to build (`trm_store.written`)."""
         previous_head = read.log_head
         first_stream = appends[0][0].stream_id
         versions = {first_stream: read.stream_version}
@@ -224,18 +222,26 @@ class Appender:
         now = datetime.now(UTC)
         stored_now = now if self._stored_time is None else self._stored_time(now)
         rows: list[Any] = []  # the rows' values one after another, in column order
-        recorded: list[RecordedEvent] = []
-        outcomes: list[list[RecordedEvent] | ConcurrencyError] = []
+        outcomes: list[Written | ConcurrencyError] = []
         for prepared in appends:
-            first = len(recorded)
+            first = len(rows)
             moved: dict[str, int] = {}
+            starts: list[tuple[int, int]] = []
             try:
                 for item in prepared:
                     stream_id = item.stream_id
                     current = moved.get(stream_id, versions[stream_id])
                     if item.expected_version is not None and item.expected_version != current:
                         raise ConcurrencyError(stream_id, item.expected_version, current)
-                    for event_id, type_, sv, data, data_json, meta, meta_json in item.columns():
+                    starts.append((position + 1, current + 1))
+                    for event_id, type_, sv, data_json, meta_json in zip(
+                        item.event_ids,
+                        item.types,
+                        item.schema_versions,
+                        item.data_jsons,
+                        item.meta_jsons,
+                        strict=True,
+                    ):
                         position += 1
                         current += 1
                         rows += (
@@ -249,19 +255,14 @@ class Appender:
                             meta_json,
                             stored_now,
                         )
-                        recorded.append(
-                            recorded_event(
-                                position, event_id, stream_id, current, type_, sv, data, meta, now
-                            )
-                        )
                     moved[stream_id] = current
             except ConcurrencyError as refused:  # this append writes nothing; the others go on
-                del rows[first * _ROW_WIDTH :], recorded[first:]
-                position = previous_head + first
+                del rows[first:]
+                position = previous_head + len(rows) // _ROW_WIDTH
                 outcomes.append(refused)
                 continue
             versions.update(moved)
-            outcomes.append(recorded[first:])
+            outcomes.append(Written(prepared, starts, now))
         if rows:
             following = self._projections.follow(conn, read.checkpoints, previous_head)
             try:
@@ -270,5 +271,9 @@ class Appender:
                 if "event_id" in str(e.orig):
                     raise _EventIdTaken(e) from e
                 raise
-            self._projections.apply_inline(conn, recorded, following)
+            written = [w for w in outcomes if isinstance(w, Written)]
+            types = {t for w in written for item in w.prepared for t in item.types}
+            if following and self._projections.take_any(types):
+                events = [event for w in written for event in w.events()]
+                self._projections.apply_inline(conn, events, following)
         return outcomes

@@ -36,6 +36,7 @@ from typing import TypeVar
 from trm_store.errors import StoreError
 from trm_store.events import RecordedEvent
 from trm_store.prepared import PreparedAppend
+from trm_store.written import Written
 
 __all__ = ["AppendQueue", "QueuedAppend"]
 
@@ -44,17 +45,17 @@ T = TypeVar("T")
 
 @dataclass(slots=True, eq=False)
 class QueuedAppend:
-    """One caller's append, and once written its outcome: the recorded events or the error."""
+    """One caller's append, and once decided its outcome: where it was written, or the error."""
 
     prepared: Sequence[PreparedAppend]
-    recorded: list[RecordedEvent] | None = None
+    written: Written | None = None
     error: Exception | None = None
     abandoned: bool = False
     """Its caller was interrupted before it was decided: no writer takes it up again."""
 
     @property
     def decided(self) -> bool:
-        return self.recorded is not None or self.error is not None
+        return self.written is not None or self.error is not None
 
 
 WriteGroup = Callable[[list[QueuedAppend]], None]
@@ -119,9 +120,9 @@ class AppendQueue:
                 holders.depth = 0
         if mine.error is not None:
             raise mine.error
-        if mine.recorded is None:
+        if mine.written is None:
             raise StoreError("an append was left undecided: nothing of it was written")
-        return mine.recorded
+        return mine.written.events()  # built here, by its caller: `trm_store.written`
 
     def _queue_and_write(self, mine: QueuedAppend) -> None:
         """Queue `mine` and wait until it is decided or no one is writing; in that case write
