@@ -28,8 +28,9 @@ Equal work and durability on both sides:
 
 Rounds alternate the sides (which goes first alternates too) and the median is kept.
 
-    .venv/bin/python bench/writers_bench.py           # 5 rounds a figure
-    .venv/bin/python bench/writers_bench.py --quick   # 3 rounds, smaller rounds
+    .venv/bin/python bench/writers_bench.py              # 5 rounds a figure
+    .venv/bin/python bench/writers_bench.py --rounds 15  # a steadier median, 3x as long
+    .venv/bin/python bench/writers_bench.py --quick      # 3 rounds, smaller rounds
 
 Exit code 0 whatever the figures: it is a report, not a test.
 """
@@ -308,9 +309,10 @@ def line(figure: str, trm: float, peer: float, unit: str, higher_is_better: bool
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 smaller rounds a figure")
+    parser.add_argument("--rounds", type=int, help="rounds a figure (default 5, 3 with --quick)")
     parser.add_argument("--dir", type=Path, help="where the SQLite files go (default: a temp dir)")
     args = parser.parse_args(argv)
-    rounds = 3 if args.quick else 5
+    rounds = args.rounds or (3 if args.quick else 5)
     loads = f"{os.getloadavg()[0]:.2f}"
     started = time.perf_counter()
     lines: list[str] = []
