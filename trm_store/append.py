@@ -271,9 +271,9 @@ class Appender:
                 if "event_id" in str(e.orig):
                     raise _EventIdTaken(e) from e
                 raise
-            written = [w for w in outcomes if isinstance(w, Written)]
-            types = {t for w in written for item in w.prepared for t in item.types}
-            if following and self._projections.take_any(types):
-                events = [event for w in written for event in w.events()]
+            if following and self._projections.take_any(
+                {t for prepared in appends for item in prepared for t in item.types}
+            ):
+                events = [e for w in outcomes if isinstance(w, Written) for e in w.events()]
                 self._projections.apply_inline(conn, events, following)
         return outcomes

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import count
 
 from trm_store.events import RecordedEvent, recorded_event
 from trm_store.prepared import PreparedAppend
@@ -43,14 +42,22 @@ class Written:
     def events(self) -> list[RecordedEvent]:
         """The recorded events, in position order: built at the first call, the same list
         after (a projection that took them and the caller see the same objects)."""
-        if self.built is None:
+        built = self.built
+        if built is None:
             at = self.at
             assert at is not None  # only `found` leaves it None, with the events built
-            self.built = [
-                recorded_event(position, e, item.stream_id, version, t, sv, d, m, at)
-                for item, (first, start) in zip(self.prepared, self.starts, strict=True)
-                for (e, t, sv, d, _, m, _), position, version in zip(
-                    item.columns(), count(first), count(start)
-                )
-            ]
-        return self.built
+            built = self.built = []
+            for item, (position, version) in zip(self.prepared, self.starts, strict=True):
+                stream_id = item.stream_id
+                for e, t, sv, d, m in zip(
+                    item.event_ids,
+                    item.types,
+                    item.schema_versions,
+                    item.datas,
+                    item.metas,
+                    strict=True,
+                ):
+                    built.append(recorded_event(position, e, stream_id, version, t, sv, d, m, at))
+                    position += 1
+                    version += 1
+        return built
