@@ -109,6 +109,24 @@ def assert_log_is_whole(store: Store) -> None:
     assert {s.checkpoint for s in store.projection_status().values()} == {len(log)}
 
 
+def _run_and_compare(
+    store: Store, worker: Callable[[int], None], count: int, returned: list[list[RecordedEvent]]
+) -> dict[str, RecordedEvent]:
+    """Run `worker(0..count-1)` in threads; the log by event id, once checked to hold exactly
+    the events `returned` to the workers, field for field, and to be whole."""
+    threads = [threading.Thread(target=worker, args=(n,), daemon=True) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(LIMIT)
+        assert not thread.is_alive()
+    log = {e.event_id: e for e in log_of(store)}
+    assert sorted(log) == sorted(e.event_id for r in returned for e in r)
+    assert all(log[e.event_id] == e for r in returned for e in r)
+    assert_log_is_whole(store)
+    return log
+
+
 def test_queued_appends_share_one_transaction_and_each_is_refused_alone(store: Store) -> None:
     inserts = Statements(store, EVENT_INSERTS)
     outcomes = grouped(
@@ -235,17 +253,8 @@ def test_threads_appending_at_once_each_get_exactly_their_outcome(store: Store, 
             with lock:
                 returned.append(recorded)
 
-    threads = [threading.Thread(target=worker, args=(n,), daemon=True) for n in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(LIMIT)
-        assert not thread.is_alive()
-    log = {e.event_id: e for e in log_of(store)}
-    assert sorted(log) == sorted(e.event_id for r in returned for e in r)
-    assert all(log[e.event_id] == e for r in returned for e in r)
+    log = _run_and_compare(store, worker, 8, returned)
     assert not {i for ids in refused for i in ids} & set(log)
-    assert_log_is_whole(store)
 
 
 def _batch(kind: str, shape: Sequence[tuple[str, int]], base: int) -> list[AppendItem]:
@@ -299,16 +308,7 @@ def test_threads_appending_batches_with_drawn_ids_each_get_the_log_s_events(
             with lock:
                 returned.append(recorded)
 
-    threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(LIMIT)
-        assert not thread.is_alive()
-    log = {e.event_id: e for e in log_of(store)}
-    assert sorted(log) == sorted(e.event_id for r in returned for e in r)
-    assert all(log[e.event_id] == e for r in returned for e in r)
-    assert_log_is_whole(store)
+    _run_and_compare(store, worker, 4, returned)
 
 
 # -- found by review: each of these failed on the first version of group commit -------------------
