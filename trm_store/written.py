@@ -46,7 +46,7 @@ class Written:
         if built is None:
             at = self.at
             assert at is not None  # only `found` leaves it None, with the events built
-            built = self.built = []
+            built = []  # set once whole: an interrupt part way leaves it unbuilt, not short
             for item, (position, version) in zip(self.prepared, self.starts, strict=True):
                 stream_id = item.stream_id
                 for e, t, sv, d, m in zip(
@@ -60,4 +60,5 @@ class Written:
                     built.append(recorded_event(position, e, stream_id, version, t, sv, d, m, at))
                     position += 1
                     version += 1
+            self.built = built
         return built
