@@ -1,5 +1,6 @@
 """A small event type and projection the store tests drive the log with, a child process that
-writes to a store and dies (a SIGKILLed writer, for the lease tests), and a forked child."""
+writes to a store and dies (a SIGKILLed writer, for the lease tests), a forked child, and the
+checks that a log is whole and holds exactly what threads were returned."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import gc
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Column, Connection, Integer, MetaData, String, Table, select
 
-from trm_store import NewEvent, Projection, RecordedEvent, register_event_type
+from trm_store import NewEvent, Projection, RecordedEvent, Store, register_event_type
 from trm_store.append_queue import AppendQueue
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -214,3 +216,40 @@ def writing_held(queue: AppendQueue) -> Iterator[None]:
     finally:
         queue._writing = False
         queue._wake_waiting()
+
+
+def log_of(store: Store) -> list[RecordedEvent]:
+    """Every event of the log, in position order."""
+    return list(store.read_all())
+
+
+def assert_log_is_whole(store: Store) -> None:
+    """Positions 1..n and each stream's versions 1..k, none skipped; totals match the log."""
+    log = log_of(store)
+    assert [e.position for e in log] == list(range(1, len(log) + 1))
+    versions: dict[str, list[int]] = {}
+    for e in log:
+        versions.setdefault(e.stream_id, []).append(e.version)
+    assert all(v == list(range(1, len(v) + 1)) for v in versions.values())
+    assert totals(store) == replayed_totals(store)
+    # Every checkpoint at the head: not past it (a refused append's events counted, on
+    # PostgreSQL where the heads' read moves them), nor behind.
+    assert {s.checkpoint for s in store.projection_status().values()} == {len(log)}
+
+
+def run_and_compare(
+    store: Store, worker: Callable[[int], None], count: int, returned: list[list[RecordedEvent]]
+) -> dict[str, RecordedEvent]:
+    """Run `worker(0..count-1)` in threads; the log by event id, once checked to hold exactly
+    the events `returned` to the workers, field for field, and to be whole."""
+    threads = [threading.Thread(target=worker, args=(n,), daemon=True) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60.0)
+        assert not thread.is_alive()
+    log = {e.event_id: e for e in log_of(store)}
+    assert sorted(log) == sorted(e.event_id for r in returned for e in r)
+    assert all(log[e.event_id] == e for r in returned for e in r)
+    assert_log_is_whole(store)
+    return log

@@ -31,9 +31,10 @@ from tests.store.helpers import (
     TOTALS,
     Totals,
     added,
+    assert_log_is_whole,
     in_a_forked_child,
-    replayed_totals,
-    totals,
+    log_of,
+    run_and_compare,
     writing_held,
 )
 from trm_store import (
@@ -46,8 +47,6 @@ from trm_store import (
     open_store,
     register_event_type,
 )
-from trm_store.append_queue import QueuedAppend
-from trm_store.prepare import AppendItem
 
 LIMIT = 60.0
 """Seconds a thread may take to get where a test waits for it."""
@@ -89,42 +88,6 @@ def grouped(
         thread.join(LIMIT)
         assert not thread.is_alive()
     return [outcomes[n] for n in range(len(threads))]
-
-
-def log_of(store: Store) -> list[RecordedEvent]:
-    return list(store.read_all())
-
-
-def assert_log_is_whole(store: Store) -> None:
-    """Positions 1..n and each stream's versions 1..k, none skipped; totals match the log."""
-    log = log_of(store)
-    assert [e.position for e in log] == list(range(1, len(log) + 1))
-    versions: dict[str, list[int]] = {}
-    for e in log:
-        versions.setdefault(e.stream_id, []).append(e.version)
-    assert all(v == list(range(1, len(v) + 1)) for v in versions.values())
-    assert totals(store) == replayed_totals(store)
-    # Every checkpoint at the head: not past it (a refused append's events counted, on
-    # PostgreSQL where the heads' read moves them), nor behind.
-    assert {s.checkpoint for s in store.projection_status().values()} == {len(log)}
-
-
-def _run_and_compare(
-    store: Store, worker: Callable[[int], None], count: int, returned: list[list[RecordedEvent]]
-) -> dict[str, RecordedEvent]:
-    """Run `worker(0..count-1)` in threads; the log by event id, once checked to hold exactly
-    the events `returned` to the workers, field for field, and to be whole."""
-    threads = [threading.Thread(target=worker, args=(n,), daemon=True) for n in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(LIMIT)
-        assert not thread.is_alive()
-    log = {e.event_id: e for e in log_of(store)}
-    assert sorted(log) == sorted(e.event_id for r in returned for e in r)
-    assert all(log[e.event_id] == e for r in returned for e in r)
-    assert_log_is_whole(store)
-    return log
 
 
 def test_queued_appends_share_one_transaction_and_each_is_refused_alone(store: Store) -> None:
@@ -253,62 +216,8 @@ def test_threads_appending_at_once_each_get_exactly_their_outcome(store: Store, 
             with lock:
                 returned.append(recorded)
 
-    log = _run_and_compare(store, worker, 8, returned)
+    log = run_and_compare(store, worker, 8, returned)
     assert not {i for ids in refused for i in ids} & set(log)
-
-
-def _batch(kind: str, shape: Sequence[tuple[str, int]], base: int) -> list[AppendItem]:
-    """An append batch of `kind` events, `shape` giving each item's stream and event count."""
-    return [
-        (stream, [NewEvent(kind, {"amount": base + k}) for k in range(count)], None)
-        for stream, count in shape
-    ]
-
-
-_SHAPES = [[("a", 2), ("b", 1), ("a", 1)], [("b", 2)], [("c", 1), ("a", 3)]]
-"""Batches that share streams, and name one stream twice: each item's events are numbered one
-after another, in position and in version, whoever numbers them."""
-
-
-@pytest.mark.parametrize("kind", ["test.added", "test.unprojected"])
-def test_a_group_s_writer_builds_the_events_only_for_the_projections_that_take_them(
-    store: Store, kind: str
-) -> None:
-    """The writer of a group numbers every append of it; the `RecordedEvent`s of one that no
-    projection takes are built by its own caller, after (`trm_store.written`). Whoever builds
-    them, each append gets exactly the log's events."""
-    group = [
-        QueuedAppend([store._prepare(item) for item in _batch(kind, shape, 10 * n)])
-        for n, shape in enumerate(_SHAPES)
-    ]
-    store._appends._write_group(group)
-    assert [q.error for q in group] == [None] * len(group)
-    written = [q.written for q in group]
-    assert all(w is not None and (w.built is not None) == (kind == "test.added") for w in written)
-    returned = [e for w in written if w is not None for e in w.events()]
-    assert returned == log_of(store)
-    assert [w.events() is w.events() for w in written if w is not None] == [True] * len(group)
-    assert_log_is_whole(store)
-
-
-@pytest.mark.parametrize("kind", ["test.added", "test.unprojected"])
-def test_threads_appending_batches_with_drawn_ids_each_get_the_log_s_events(
-    store: Store, kind: str
-) -> None:
-    """4 threads append batches (a stream named twice in one) with ids trm draws, the appends
-    PostgreSQL numbers itself when no projection takes them: each caller's events are the
-    log's, field for field, however they were grouped."""
-    returned: list[list[RecordedEvent]] = []
-    lock = threading.Lock()
-
-    def worker(k: int) -> None:
-        for n in range(20):
-            shape = [(f"{k}-{stream}", count) for stream, count in _SHAPES[n % len(_SHAPES)]]
-            recorded = store.append_batch(_batch(kind, shape, n))
-            with lock:
-                returned.append(recorded)
-
-    _run_and_compare(store, worker, 4, returned)
 
 
 # -- found by review: each of these failed on the first version of group commit -------------------
