@@ -171,9 +171,7 @@ class Appender:
         if (
             write is None
             or any(item.ids_given for prepared in appends for item in prepared)
-            or self._projections.take_any(
-                {t for prepared in appends for item in prepared for t in item.types}
-            )
+            or self._taken(appends)
         ):
             return None
         now = datetime.now(UTC)
@@ -189,6 +187,12 @@ class Appender:
                 first += len(item.event_ids)
             outcomes.append(Written(prepared, starts, now))
         return outcomes
+
+    def _taken(self, appends: Sequence[Sequence[PreparedAppend]]) -> bool:
+        """Whether a projection of this store takes any event of `appends`."""
+        return self._projections.take_any(
+            {t for prepared in appends for item in prepared for t in item.types}
+        )
 
     def _retried(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent] | None:
         """The recorded events if `prepared` resends exactly them, None if none of its ids is
@@ -271,9 +275,7 @@ class Appender:
                 if "event_id" in str(e.orig):
                     raise _EventIdTaken(e) from e
                 raise
-            if following and self._projections.take_any(
-                {t for prepared in appends for item in prepared for t in item.types}
-            ):
+            if following and self._taken(appends):
                 events = [e for w in outcomes if isinstance(w, Written) for e in w.events()]
                 self._projections.apply_inline(conn, events, following)
         return outcomes

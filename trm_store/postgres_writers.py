@@ -118,9 +118,7 @@ class PostgresWriters:
                 # It fails if the statement is still running (an exception raised by a signal
                 # handler: psycopg cancels only on KeyboardInterrupt and SystemExit); the
                 # connection is closed when put back, which ends the transaction and its lock.
-                unsure(connection)  # psycopg's rollback may deallocate them all
-                with suppress(Exception):
-                    conn.rollback()
+                _roll_back(conn, connection)
                 raise
 
     def in_two(
@@ -151,13 +149,11 @@ class PostgresWriters:
                 conn.commit()  # nothing to send: SQLAlchemy's transaction ends with the server's
                 return rows
             except BaseException as e:
-                unsure(connection)  # psycopg's rollback may deallocate them all
                 if isinstance(e, DBAPIError):
                     e.statement = LAST_QUERY_HIDDEN
                 elif sent:  # an interrupt (a signal handler's exception): the COMMIT had left
                     e.add_note(_MAY_HAVE_COMMITTED)
-                with suppress(Exception):
-                    conn.rollback()
+                _roll_back(conn, connection)
                 if isinstance(e, DBAPIError) and not e.connection_invalidated:
                     return None
                 raise
@@ -274,6 +270,13 @@ class PostgresWriters:
         self._slots = threading.BoundedSemaphore(self._size)
         self._lock = threading.Lock()
         self._engine.dispose(close=False)
+
+
+def _roll_back(conn: Connection, connection: PoolProxiedConnection) -> None:
+    """End a failed transaction (it may fail: the connection is closed when put back)."""
+    unsure(connection)  # psycopg's rollback may deallocate them all
+    with suppress(Exception):
+        conn.rollback()
 
 
 _ALL: weakref.WeakSet[PostgresWriters] = weakref.WeakSet()

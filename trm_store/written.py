@@ -31,13 +31,13 @@ class Written:
 
     prepared: Sequence[PreparedAppend]
     starts: Sequence[tuple[int, int]]
-    at: datetime | None
+    at: datetime
     built: list[RecordedEvent] | None = None
 
     @classmethod
     def found(cls, events: list[RecordedEvent]) -> Written:
         """An append whose events are built already (a retry's, read back from the log)."""
-        return cls((), (), None, events)
+        return cls((), (), events[0].recorded_at, events)
 
     def events(self) -> list[RecordedEvent]:
         """The recorded events, in position order: built at the first call, the same list
@@ -45,7 +45,6 @@ class Written:
         built = self.built
         if built is None:
             at = self.at
-            assert at is not None  # only `found` leaves it None, with the events built
             built = []  # set once whole: an interrupt part way leaves it unbuilt, not short
             for item, (position, version) in zip(self.prepared, self.starts, strict=True):
                 stream_id = item.stream_id
