@@ -108,7 +108,7 @@ class PostgresWriters:
         committed when the block ends, rolled back if it raises. `prepare` (statements that
         `first` executes) are prepared first on a connection whose session does not have
         them."""
-        with self._connection(first, params, prepare) as (conn, connection, raw, rows):
+        with self._connection(first, params, prepare) as (conn, connection, raw, rows, _):
             try:
                 yield conn, rows
                 if raw.info.transaction_status == TransactionStatus.INERROR:
@@ -140,18 +140,16 @@ class PostgresWriters:
         is the caller's, and so is an interrupt's (a note on it says so). An error keeps no copy
         of `last`'s text (it holds every value sent).
         """
-        with self._connection(first, None, prepare) as (conn, connection, raw, _):
-            sent = False
+        then = (f"{last}; COMMIT", params)
+        with self._connection(first, None, prepare, then) as (conn, connection, raw, _, sql):
             try:
-                sql = psycopg.ClientCursor(raw).mogrify(f"{last}; COMMIT", params)
-                sent = True
                 rows = last_rows(conn, raw, sql)
                 conn.commit()  # nothing to send: SQLAlchemy's transaction ends with the server's
                 return rows
             except BaseException as e:
                 if isinstance(e, DBAPIError):
                     e.statement = LAST_QUERY_HIDDEN
-                elif sent:  # an interrupt (a signal handler's exception): the COMMIT had left
+                else:  # an interrupt (a signal handler's exception): the COMMIT may have left
                     e.add_note(_MAY_HAVE_COMMITTED)
                 _roll_back(conn, connection)
                 if isinstance(e, DBAPIError) and not e.connection_invalidated:
@@ -164,17 +162,24 @@ class PostgresWriters:
         first: str,
         params: Mapping[str, Any] | None,
         prepare: Sequence[Prepared],
+        then: tuple[str, Mapping[str, Any]] | None = None,
     ) -> Iterator[
-        tuple[Connection, PoolProxiedConnection, psycopg.Connection[Any], Sequence[Sequence[Any]]]
+        tuple[
+            Connection,
+            PoolProxiedConnection,
+            psycopg.Connection[Any],
+            Sequence[Sequence[Any]],
+            str,
+        ]
     ]:
         """A slot's connection (SQLAlchemy's, the pool's proxy and the driver's), its transaction
-        begun with `first`, and the rows of its last statement that returned any; put back (or
-        closed) when the block ends."""
+        begun with `first`, the rows of its last statement that returned any, and the query
+        `then` (SQL, params) quoted, "" without one; put back (or closed) when the block ends."""
         with self._slots:
-            conn, connection, rows = self._begun(first, params, prepare)
+            conn, connection, rows, then_sql = self._begun(first, params, prepare, then)
             raw = driver_connection(connection)  # an invalidation forgets it: still to close
             try:
-                yield conn, connection, raw, rows
+                yield conn, connection, raw, rows, then_sql
             finally:
                 self._put_back(conn, connection, raw)
 
@@ -183,18 +188,19 @@ class PostgresWriters:
         first: str,
         params: Mapping[str, Any] | None,
         prepare: Sequence[Prepared],
-    ) -> tuple[Connection, PoolProxiedConnection, Sequence[Sequence[Any]]]:
+        then: tuple[str, Mapping[str, Any]] | None,
+    ) -> tuple[Connection, PoolProxiedConnection, Sequence[Sequence[Any]], str]:
         kept = self._take()
         if kept is not None:
             try:
-                return self._begin(kept, first, params, prepare)
+                return self._begin(kept, first, params, prepare, then)
             except DBAPIError as e:
                 lost = getattr(e.orig, "sqlstate", None) == NO_SUCH_PREPARED_STATEMENT
                 if not (e.connection_invalidated or lost):
                     raise
                 # It had died while idle, or its session lost the prepared statement (a
                 # `DEALLOCATE`): nothing was written, and `_begin` closed it. Again, on a new one.
-        return self._begin(self._opened(), first, params, prepare)
+        return self._begin(self._opened(), first, params, prepare, then)
 
     def _begin(
         self,
@@ -202,7 +208,8 @@ class PostgresWriters:
         first: str,
         params: Mapping[str, Any] | None,
         prepare: Sequence[Prepared],
-    ) -> tuple[Connection, PoolProxiedConnection, Sequence[Sequence[Any]]]:
+        then: tuple[str, Mapping[str, Any]] | None,
+    ) -> tuple[Connection, PoolProxiedConnection, Sequence[Sequence[Any]], str]:
         # A new `Connection` per transaction: it reads the engine's echo and logging as they
         # are now, as one from the pool would.
         raw = driver_connection(connection)
@@ -213,6 +220,8 @@ class PostgresWriters:
         try:
             if params is not None:
                 sql = psycopg.ClientCursor(raw).mogrify(sql, params)
+            # Quoted before `first` waits for the append lock, not while it is held:
+            then_sql = "" if then is None else psycopg.ClientCursor(raw).mogrify(*then)
             conn.begin()
             for statement in prepare:
                 ensure_prepared(conn, connection, statement)
@@ -220,7 +229,7 @@ class PostgresWriters:
         except BaseException:
             close_now(raw)
             raise
-        return conn, connection, rows
+        return conn, connection, rows, then_sql
 
     def _take(self) -> PoolProxiedConnection | None:
         with self._lock:

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import string
 import threading
+import time
 from collections.abc import Callable
+from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -198,6 +201,37 @@ def test_an_append_larger_than_a_query_should_carry_goes_as_copy(pg_url: str) ->
         assert proxy.round_trips - before > 1  # lock and heads, COPY (two), COMMIT
         assert sum(len(e.data["note"]) for e in recorded) > SERVER_NUMBERED_MAX_CHARS
         assert [e.version for e in store.read_stream("s")] == list(range(1, 1101))
+
+
+def test_the_insert_is_quoted_before_the_lock_is_asked_for(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The insert's values are quoted into its query while the append waits for the lock, not
+    once it holds it: quoting a 50-event append's values took ~33 us of every writer's turn."""
+    quoted: list[str] = []
+    mogrify = psycopg.ClientCursor.mogrify
+
+    def spy(cursor: psycopg.ClientCursor[Any], query: Any, params: Any = None) -> str:
+        quoted.append(str(query))
+        return mogrify(cursor, query, params)
+
+    monkeypatch.setattr(psycopg.ClientCursor, "mogrify", spy)
+    with open_store(pg_url, projections={}) as holder, open_store(pg_url, projections={}) as store:
+        store.append("warm", [noted(0)])
+        quoted.clear()
+        waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted"
+        with holder.write_transaction() as conn:  # the append lock, held
+            writer = threading.Thread(
+                target=store.append, args=("s", [noted(n) for n in range(50)])
+            )
+            writer.start()
+            deadline = time.monotonic() + 20
+            while conn.exec_driver_sql(waiting).scalar_one() == 0:
+                assert time.monotonic() < deadline, "the append never waited for the lock"
+                time.sleep(0.01)
+            assert any("trm_append_rows" in q for q in quoted), quoted
+        writer.join(20)
+        assert store.stream_version("s") == 50
 
 
 def test_writers_in_threads_each_get_their_own_numbers(pg_url: str) -> None:
