@@ -12,9 +12,10 @@ and single-event appends on PostgreSQL are timed as its `test_performance` times
 into a fresh stream per insert, sequentially). The 4-worker shapes run again in rounds of 200
 jobs (10,000 events), writers that keep going: a 40-job round lasts 30-70 ms here, and one slow
 job at its end weighs on it. eventsourcing's SQLite processes wait for the write lock in SQLite's
-busy handler, which sleeps 1 to 100 ms between tries: their jobs took 0.7 ms at the median and
-up to 80 ms, trm's (queued in turn on the writer lock) 3.2 ms and at most 6.8 ms, so 40-job rounds
-favour trm and 200-job rounds measure throughput alone (bench/README, "Twenty-fifth session").
+busy handler, which sleeps 1 to 100 ms between tries: their jobs took 0.7-2.5 ms at the median
+and up to 80 ms, trm's (queued in turn on the writer lock) 3.1-3.9 ms and at most 6.8 ms, so
+40-job rounds favour trm and 200-job rounds measure throughput alone (bench/README, "Twenty-fifth
+session").
 
 Equal work and durability on both sides:
 - the same payload: trm appends `bench.appended` events (store_bench's prediction-shaped
