@@ -219,8 +219,13 @@ def test_the_insert_is_quoted_before_the_lock_is_asked_for(
     with open_store(pg_url, projections={}) as holder, open_store(pg_url, projections={}) as store:
         store.append("warm", [noted(0)])
         quoted.clear()
-        waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted"
         with holder.write_transaction() as conn:  # the append lock, held
+            # A session blocked by this one (not any lock of the server's other sessions).
+            waiting = (
+                "SELECT count(*) FROM pg_locks WHERE NOT granted"
+                f" AND {conn.exec_driver_sql('SELECT pg_backend_pid()').scalar_one()}"
+                " = ANY(pg_blocking_pids(pid))"
+            )
             writer = threading.Thread(
                 target=store.append, args=("s", [noted(n) for n in range(50)])
             )
