@@ -42,9 +42,10 @@ _ROW_WIDTH = len(INSERT_EVENTS.columns)
 def _everyones(error: StoreError) -> bool:
     """A failure of the transaction itself, not of one append's rows: the writer lock or the
     busy timeout (raised by the store, no cause), the connection, the disk or the COMMIT (the
-    driver's OperationalError / InterfaceError)."""
+    driver's OperationalError / InterfaceError), or the sync after it (an OSError,
+    `trm_store.wal_sync`), which no append written again alone could undo."""
     cause = error.__cause__
-    return cause is None or isinstance(cause, OperationalError | InterfaceError)
+    return cause is None or isinstance(cause, OperationalError | InterfaceError | OSError)
 
 
 class _EventIdTaken(Exception):
@@ -135,12 +136,12 @@ class Appender:
             recorded = self._retried(prepared)
             if recorded is None:
                 raise
-            return Written.found(recorded)
         except _EventIdTaken as e:
             recorded = self._retried(prepared)
             if recorded is None:  # not reached: the log only grows, so the taken id is there
                 raise store_error(self._backend, e.error) from e.error
-            return Written.found(recorded)
+        self._backend.sync()  # the write that recorded them may have died before its sync
+        return Written.found(recorded)
 
     def _write(
         self, appends: Sequence[Sequence[PreparedAppend]], *, server_numbered: bool = True

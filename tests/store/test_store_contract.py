@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.exc import DBAPIError
 
-from tests.store.helpers import EVENT_INSERTS, TOTALS, added, replayed_totals, totals
+from tests.store.helpers import EVENT_INSERTS, added, replayed_totals, totals
 from trm_store import (
     ConcurrencyError,
     EventIdConflictError,
@@ -270,17 +270,6 @@ def test_bad_event_type_registrations_are_refused(
 def test_bad_durability_is_refused(sqlite_url: str) -> None:
     with pytest.raises(StoreError, match="durability"):
         open_store(sqlite_url, durability="sometimes")  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(("durability", "synchronous"), [("normal", 1), ("full", 2)])
-def test_durability_sets_sqlite_synchronous(
-    sqlite_url: str, durability: str, synchronous: int
-) -> None:
-    with open_store(sqlite_url, durability=durability, projections=TOTALS) as store:  # type: ignore[arg-type]
-        store.append("s", [added(1)])
-        with store._reading() as conn:
-            assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == synchronous
-            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
 
 
 @pytest.mark.parametrize("where", ["data", "meta"])
