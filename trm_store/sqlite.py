@@ -23,7 +23,7 @@ from trm_store.sqlite_dialect import register_dialect
 from trm_store.sqlite_transaction import AppendTransaction, HeadsRead
 from trm_store.sqlite_writer_lock import writer_lock
 from trm_store.store_url import check_sqlite_file, sqlite_target
-from trm_store.wal_sync import WAL_SYNCED, WalSync, wal_path
+from trm_store.wal_sync import WAL_SYNCED, WalSync
 from trm_store.writer_connections import WriterConnections
 
 __all__ = ["SqliteBackend"]
@@ -108,7 +108,7 @@ class SqliteBackend:
             if sync is not None and cursor.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
                 # Commits synced once the writer lock is let go (`trm_store.wal_sync`); a
                 # foreign file's other journal keeps FULL, which is what keeps it safe.
-                sync.path = wal_path(cursor)
+                sync.watch(cursor)
                 record.info[WAL_SYNCED] = True
                 synchronous = "NORMAL"
             cursor.execute(f"PRAGMA synchronous={synchronous}")

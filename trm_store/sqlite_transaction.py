@@ -95,13 +95,19 @@ class AppendTransaction:
             raise
         return conn
 
-    def _let_go(self, *, committed: bool = False) -> None:
-        """The writer lock, then, once a commit is synced (`trm_store.wal_sync`), the
-        connection, even if an interrupt lands in between."""
+    def _let_go(self, *, ended: bool = False, failed: bool = False) -> None:
+        """The writer lock, then, once the transaction that `ended` is synced
+        (`trm_store.wal_sync`), the connection, even if an interrupt lands in between. A
+        transaction that `failed` is synced too (the block may have committed before it
+        raised), its sync's own failure not replacing what is raised."""
         try:
             self._writer_lock.release()
-            if committed and self._sync is not None and self._info.get(WAL_SYNCED):
-                self._sync.sync()
+            if ended and self._sync is not None and self._info.get(WAL_SYNCED):
+                if failed:
+                    with suppress(StoreError):
+                        self._sync.sync()
+                else:
+                    self._sync.sync()
         finally:
             self._in_use.__exit__(None, None, None)
 
@@ -123,7 +129,7 @@ class AppendTransaction:
             committed = True
         finally:
             self._info[_WRITING] = False
-            self._let_go(committed=committed)
+            self._let_go(ended=True, failed=not committed)
 
 
 class HeadsRead:

@@ -23,17 +23,21 @@ checksum of everything before it, and SQLite syncs the WAL's header itself when 
 again). An append that finds its events recorded already (a retry) waits for a sync too: the
 write that recorded them may not have had its own.
 
-A failed sync raises StoreError in every write waiting for it, each told it is committed and
-visible; the store then refuses to write (as PostgreSQL stops at a failed fsync): after a failed
-sync Linux may mark the pages it could not write clean, so a later sync that succeeds proves
-nothing about them, and a frame lost from the middle of the WAL ends SQLite's recovery there,
-dropping every commit after it. Reopening the store, once the disk is checked, writes again.
+A failed `fdatasync` raises StoreError in every write waiting for it, each told it is committed
+and visible; the store then refuses to write (as PostgreSQL stops at a failed fsync): after a
+failed sync Linux may mark the pages it could not write clean, so a later sync that succeeds
+proves nothing about them, and a frame lost from the middle of the WAL ends SQLite's recovery
+there, dropping every commit after it. Reopening the store, once the disk is checked, writes
+again. A WAL that cannot be opened (no descriptor left, its directory renamed) fails the write
+that wanted the sync, with the same words, and not the store: no page was lost.
 
-The WAL is opened by its path for each sync, found where SQLite keeps it (`PRAGMA database_list`
-names the file SQLite opened, beside which it keeps `-wal`): a descriptor kept open could name a
-WAL that SQLite has since deleted (when the last connection to the file closes, after copying
-every frame into the database and syncing it) and made anew. No WAL at all means just that:
-every commit is in the synced database.
+The WAL is kept open from the time a connection is set up, before any commit on it: Linux
+reports a write-back error to each open descriptor once, but to a descriptor opened after
+another one (SQLite's own, syncing in a checkpoint that drops the error) has seen it, never. It
+is found where SQLite keeps it (`PRAGMA database_list` names the file SQLite opened, beside
+which it keeps `-wal`), and opened again only once SQLite has deleted it (when the last
+connection to the file closes, after copying every frame into the database and syncing it):
+the descriptor follows the file, as SQLite's does, if its directory is renamed.
 """
 
 from __future__ import annotations
@@ -42,10 +46,11 @@ import os
 import sqlite3
 import threading
 import weakref
+from contextlib import suppress
 
 from trm_store.errors import StoreError
 
-__all__ = ["WAL_SYNCED", "WalSync", "wal_path"]
+__all__ = ["WAL_SYNCED", "WalSync"]
 
 WAL_SYNCED = "trm_wal_synced"
 """The key, in a writer connection's `info`, marking that its commits are synced after the lock
@@ -57,85 +62,83 @@ _datasync = getattr(os, "fdatasync", os.fsync)
 
 class WalSync:
     """One store's syncs of its SQLite file's WAL, shared by its writers: numbered as they
-    begin, so a write knows which one covers its commit."""
+    begin, so a write knows whether one covers its commit.
+
+    One plain lock, taken with `with` (acquired and released in C), guards everything and is
+    held through a sync: a write that finds its commit covered by a sync ended meanwhile
+    returns, else it syncs. An interrupt anywhere leaves at worst a sync not counted, which the
+    next write makes again; nothing waits for a notification that could be lost.
+    """
 
     def __init__(self, describe: str) -> None:
         self._describe = describe
-        self.path: str | None = None
-        """The WAL's path, set by the first connection that commits this way (`wal_path`)."""
+        self._path: str | None = None
+        self._fd: int | None = None
+        self._close_fd: weakref.finalize[[int], WalSync] | None = None
         self.failed: StoreError | None = None
         """The first failed sync's error: the store writes no more (the module says why)."""
         self._fresh()
         _syncs.add(self)
 
     def _fresh(self) -> None:
-        """No sync running (also in a forked child: a parent's thread that was syncing at the
-        fork does not exist there)."""
-        self._changed = threading.Condition(threading.Lock())
+        """A new lock, no sync running (also in a forked child: a parent's thread that was
+        syncing at the fork does not exist there)."""
+        self._lock = threading.Lock()
         self._begun = 0
         self._ended = 0
-        self._running = False
+
+    def watch(self, cursor: sqlite3.Cursor) -> None:
+        """Keep the WAL of `cursor`'s database open, for the commits of its connection: opened
+        now unless the one kept is still SQLite's (an `OSError` is left for `sync` to meet)."""
+        files = {name: path for _seq, name, path in cursor.execute("PRAGMA database_list")}
+        with self._lock:
+            self._path = f"{files['main']}-wal"
+            with suppress(OSError):
+                self._keep_open()
 
     def sync(self) -> None:
         """Return once a sync that began after this call was made has ended: what a write that
         has just committed (or found its events recorded) waits for."""
-        changed = self._changed
-        with changed:
-            number = self._begun + 1
-            while True:
-                if (failed := self.failed) is not None:
-                    raise StoreError(str(failed)) from failed.__cause__
-                if self._ended >= number:
-                    return
-                if not self._running:
-                    break
-                changed.wait()
-            self._running = True
+        number = self._begun + 1  # read once: it only grows, and a later one would do too
+        with self._lock:
+            if self._ended >= number:
+                return
+            if (failed := self.failed) is not None:
+                raise StoreError(str(failed)) from failed.__cause__
             self._begun += 1
             this = self._begun
-        try:
-            self._sync()
-        except BaseException as e:
-            with changed:
-                self._running = False
-                if isinstance(e, StoreError):
-                    self.failed = e
-                changed.notify_all()
-            raise
-        with changed:
-            self._running = False
+            try:
+                fd = self._keep_open()
+            except OSError as e:
+                raise self._failure(e, "opening") from e
+            try:
+                _datasync(fd)
+            except OSError as e:
+                self.failed = self._failure(e, "syncing")
+                raise self.failed from e
             self._ended = this
-            changed.notify_all()
 
-    def _sync(self) -> None:
-        path = self.path
-        if path is None:  # nothing committed this way yet
-            return
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return  # deleted by SQLite, every frame copied to the synced database first
-        except OSError as e:
-            raise self._failure(e) from e
-        try:
-            _datasync(fd)
-        except OSError as e:
-            raise self._failure(e) from e
-        finally:
-            os.close(fd)
+    def _keep_open(self) -> int:
+        """The WAL's descriptor, opened again if SQLite has deleted the file it names."""
+        fd = self._fd
+        if fd is not None and os.fstat(fd).st_nlink > 0:
+            return fd
+        if self._close_fd is not None:
+            self._close_fd()
+        self._fd = self._close_fd = None
+        if self._path is None:
+            raise FileNotFoundError("no connection of the store has opened the database")
+        fd = self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
+        self._close_fd = weakref.finalize(self, os.close, fd)
+        return fd
 
-    def _failure(self, error: OSError) -> StoreError:
+    def _failure(self, error: OSError, doing: str) -> StoreError:
+        after = "; the store writes no more until it is opened again" if doing == "syncing" else ""
         return StoreError(
-            f"a write to {self._describe} was committed, but syncing its write-ahead log "
+            f"a write to {self._describe} was committed, but {doing} its write-ahead log "
             f"failed ({error.strerror or error}): readers see it, but it may be lost if the "
-            "machine stops; the store writes no more until it is opened again"
+            f"machine stops{after}"
         )
-
-
-def wal_path(cursor: sqlite3.Cursor) -> str:
-    """The WAL of the database `cursor`'s connection has open as its main one."""
-    files = {name: path for _seq, name, path in cursor.execute("PRAGMA database_list")}
-    return f"{files['main']}-wal"
 
 
 _syncs: weakref.WeakSet[WalSync] = weakref.WeakSet()

@@ -231,7 +231,9 @@ def test_a_retry_that_finds_its_events_recorded_waits_for_a_sync(
         (again,) = store.append(
             "child", [NewEvent("test.added", {"amount": 5}, event_id=recorded.event_id)]
         )
-        assert again == recorded and len(calls) == 1
+        # One sync ends the transaction whose insert the taken event id refused, one follows
+        # the lookup that found the events.
+        assert again == recorded and len(calls) == 2
 
 
 def test_every_append_returns_after_a_sync_that_began_after_its_commit(
@@ -347,3 +349,24 @@ def test_a_process_killed_between_its_commit_and_its_sync_leaves_a_working_store
         store.append("parent", [added(2)])
         assert totals(store) == {"child": (5, 1), "parent": (3, 2)}
         assert store.verify_projections() == []
+
+
+def test_the_wal_is_kept_open_and_followed_when_its_directory_is_renamed(
+    tmp_path: Path, syncs: list[Callable[[int], None]]
+) -> None:
+    """One descriptor, opened when the connection was set up (a write-back error is reported
+    to it whoever else saw it first), on the file SQLite writes, whatever its name now."""
+    before = tmp_path / "before"
+    before.mkdir()
+    with open_store(f"sqlite:///{before}/s.db", projections=TOTALS, durability="full") as store:
+        store.append("a", [added(1)])
+        wal = os.stat(before / "s.db-wal")
+        synced: list[tuple[int, int, int]] = []
+        syncs.append(lambda fd: synced.append((fd, os.fstat(fd).st_dev, os.fstat(fd).st_ino)))
+        store.append("a", [added(2)])
+        before.rename(tmp_path / "after")
+        store.append("a", [added(3)])  # SQLite writes after/s.db-wal, through its descriptor
+        assert len(synced) == 2 and synced[0] == synced[1]
+        assert synced[0][1:] == (wal.st_dev, wal.st_ino)
+        assert os.stat(tmp_path / "after" / "s.db-wal").st_ino == wal.st_ino
+        assert totals(store) == {"a": (6, 3)}
