@@ -136,12 +136,12 @@ class Appender:
             recorded = self._retried(prepared)
             if recorded is None:
                 raise
+            return Written.found(recorded)
         except _EventIdTaken as e:
             recorded = self._retried(prepared)
             if recorded is None:  # not reached: the log only grows, so the taken id is there
                 raise store_error(self._backend, e.error) from e.error
-        self._backend.sync()  # the write that recorded them may have died before its sync
-        return Written.found(recorded)
+            return Written.found(recorded)
 
     def _write(
         self, appends: Sequence[Sequence[PreparedAppend]], *, server_numbered: bool = True

@@ -76,12 +76,6 @@ class Backend(Protocol):
         yields the connection with the log's head, `stream_id`'s version and the projections'
         checkpoint rows, read under the lock (`trm_store.append_heads`)."""
 
-    def sync(self) -> None:
-        """Return once every commit made to the database so far is as durable as the store's
-        own (SQLite at `durability="full"`: `trm_store.wal_sync`): what an append that found
-        its events recorded already does, since the write that recorded them may have died
-        before it was synced."""
-
     @property
     def append_server_numbered(self) -> AppendServerNumbered | None:
         """Whether appends can be numbered by the database (`AppendServerNumbered`), and how."""

@@ -113,10 +113,6 @@ class PostgresBackend:
         ) as (conn, rows):
             yield conn, append_heads(rows)
 
-    def sync(self) -> None:
-        """Nothing to do: a commit is as durable as the server's `synchronous_commit` makes
-        it once `COMMIT` returns."""
-
     def append_server_numbered(
         self,
         appends: Sequence[Sequence[PreparedAppend]],

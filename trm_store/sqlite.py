@@ -105,10 +105,14 @@ class SqliteBackend:
             if writable and cursor.execute(_OURS_OR_EMPTY).fetchone()[0]:
                 _use_wal(cursor)
             synchronous = "FULL" if durability == "full" else "NORMAL"
-            if sync is not None and cursor.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+            if (
+                sync is not None
+                and cursor.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+                and sync.watch(cursor)
+            ):
                 # Commits synced once the writer lock is let go (`trm_store.wal_sync`); a
-                # foreign file's other journal keeps FULL, which is what keeps it safe.
-                sync.watch(cursor)
+                # foreign file's other journal, or a WAL that could not be kept open, keeps
+                # FULL: SQLite's own sync.
                 record.info[WAL_SYNCED] = True
                 synchronous = "NORMAL"
             cursor.execute(f"PRAGMA synchronous={synchronous}")
@@ -136,11 +140,6 @@ class SqliteBackend:
             AppendTransaction(self._writers.current(), self._writer_lock, self._wal_sync),
             stream_id,
         )
-
-    def sync(self) -> None:
-        """A sync of the WAL begun now, at `durability="full"` (`trm_store.wal_sync`)."""
-        if self._wal_sync is not None:
-            self._wal_sync.sync()
 
     def rebuild_lock(self, *, wait: bool) -> AbstractContextManager[RebuildLock | None]:
         self._refuse_writes()

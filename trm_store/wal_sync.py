@@ -20,16 +20,20 @@ If the machine stops in between, that commit is lost (its writer was never told 
 together with whatever was committed after it and not synced yet; what was synced stays, and the
 database stays consistent (NORMAL keeps a WAL consistent across power loss: each frame carries a
 checksum of everything before it, and SQLite syncs the WAL's header itself when it starts the log
-again). An append that finds its events recorded already (a retry) waits for a sync too: the
-write that recorded them may not have had its own.
+again). Every write transaction that ends waits for a sync, one that failed or wrote nothing
+too: an append that finds its events recorded already (a retry), or that a stream's version
+refuses, may rest on another process's commit that is not synced yet, and a block may have
+committed before it raised.
 
-A failed `fdatasync` raises StoreError in every write waiting for it, each told it is committed
-and visible; the store then refuses to write (as PostgreSQL stops at a failed fsync): after a
-failed sync Linux may mark the pages it could not write clean, so a later sync that succeeds
-proves nothing about them, and a frame lost from the middle of the WAL ends SQLite's recovery
-there, dropping every commit after it. Reopening the store, once the disk is checked, writes
-again. A WAL that cannot be opened (no descriptor left, its directory renamed) fails the write
-that wanted the sync, with the same words, and not the store: no page was lost.
+A failed `fdatasync` raises StoreError in every write waiting for it, each told that what it
+committed is visible; the store then refuses to write (as PostgreSQL stops at a failed fsync):
+after a failed sync Linux may mark the pages it could not write clean, so a later sync that
+succeeds proves nothing about them, and a frame lost from the middle of the WAL ends SQLite's
+recovery there, dropping every commit after it. Only this store stops: another process, or the
+store opened again, writes on (its descriptor never saw the error), so the disk and the file
+want checking (the system's log, `PRAGMA integrity_check`) before anything writes to it again.
+A WAL that cannot be opened for a sync fails the write that wanted it, with the same words,
+and not the store: no page was lost.
 
 The WAL is kept open from the time a connection is set up, before any commit on it: Linux
 reports a write-back error to each open descriptor once, but to a descriptor opened after
@@ -87,18 +91,26 @@ class WalSync:
         self._begun = 0
         self._ended = 0
 
-    def watch(self, cursor: sqlite3.Cursor) -> None:
-        """Keep the WAL of `cursor`'s database open, for the commits of its connection: opened
-        now unless the one kept is still SQLite's (an `OSError` is left for `sync` to meet)."""
+    def watch(self, cursor: sqlite3.Cursor) -> bool:
+        """Keep the WAL of `cursor`'s database open, for the commits of its connection (opened
+        now unless the one kept is still SQLite's): whether it is. False (no descriptor left,
+        say): the connection keeps SQLite's own FULL, since a descriptor opened after its
+        commit could miss an error another one saw."""
         files = {name: path for _seq, name, path in cursor.execute("PRAGMA database_list")}
+        # A read makes SQLite open the WAL, and create it if it is not there yet (a new file,
+        # or one whose last connection closed): it is then the file this connection writes.
+        cursor.execute("SELECT count(*) FROM sqlite_master").fetchone()
         with self._lock:
             self._path = f"{files['main']}-wal"
-            with suppress(OSError):
+            try:
                 self._keep_open()
+            except OSError:
+                return False
+        return True
 
     def sync(self) -> None:
         """Return once a sync that began after this call was made has ended: what a write that
-        has just committed (or found its events recorded) waits for."""
+        has just ended waits for."""
         number = self._begun + 1  # read once: it only grows, and a later one would do too
         with self._lock:
             if self._ended >= number:
@@ -121,23 +133,29 @@ class WalSync:
     def _keep_open(self) -> int:
         """The WAL's descriptor, opened again if SQLite has deleted the file it names."""
         fd = self._fd
-        if fd is not None and os.fstat(fd).st_nlink > 0:
-            return fd
-        if self._close_fd is not None:
-            self._close_fd()
-        self._fd = self._close_fd = None
+        if fd is not None:
+            with suppress(OSError):  # a descriptor closed under us: opened again, as deleted
+                if os.fstat(fd).st_nlink > 0:
+                    return fd
+        self._forget_fd()
         if self._path is None:
             raise FileNotFoundError("no connection of the store has opened the database")
         fd = self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
         self._close_fd = weakref.finalize(self, os.close, fd)
+        self._close_fd.atexit = False  # at exit a daemon thread may still be syncing on it
         return fd
+
+    def _forget_fd(self) -> None:
+        if self._close_fd is not None:
+            self._close_fd()
+        self._fd = self._close_fd = None
 
     def _failure(self, error: OSError, doing: str) -> StoreError:
         after = "; the store writes no more until it is opened again" if doing == "syncing" else ""
         return StoreError(
-            f"a write to {self._describe} was committed, but {doing} its write-ahead log "
-            f"failed ({error.strerror or error}): readers see it, but it may be lost if the "
-            f"machine stops{after}"
+            f"a write to {self._describe} ended, but {doing} its write-ahead log failed "
+            f"({error.strerror or error}): whatever it committed is visible to readers, but may "
+            f"be lost if the machine stops{after}"
         )
 
 
@@ -145,8 +163,13 @@ _syncs: weakref.WeakSet[WalSync] = weakref.WeakSet()
 
 
 def _fresh_in_child() -> None:
+    """Each store's syncs made fresh, and the parent's descriptor closed: it is the parent's
+    open file, whose record of the write-back errors already reported the child would share
+    (an error the child's sync met, the parent's would not meet again). The child's
+    connections open their own."""
     for sync in list(_syncs):
         sync._fresh()
+        sync._forget_fd()
 
 
 os.register_at_fork(after_in_child=_fresh_in_child)

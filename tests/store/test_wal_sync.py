@@ -23,15 +23,20 @@ from sqlalchemy import event
 from sqlalchemy.pool import Pool
 
 import trm_store.wal_sync
-from tests.store.helpers import ROOT, TOTALS, added, totals
-from trm_store import NewEvent, StoreError, open_store
+from tests.store.helpers import ROOT, TOTALS, added, in_a_forked_child, totals
+from trm_store import ConcurrencyError, NewEvent, StoreError, open_store
 from trm_store.backend import Durability
+from trm_store.wal_sync import WalSync
 
 
 def committed_events(db: Path) -> int:
     """The events committed to `db`, as another connection sees them."""
+    return committed_rows(db, "events")
+
+
+def committed_rows(db: Path, table: str) -> int:
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as other:
-        count: int = other.execute("SELECT count(*) FROM events").fetchone()[0]
+        count: int = other.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
     other.close()
     return count
 
@@ -201,7 +206,7 @@ def test_a_failed_sync_fails_every_append_of_its_group_then_every_write(
         assert sorted(outcomes) == [f"s{i}" for i in range(1, 6)]
         for stream, error in outcomes.items():
             assert isinstance(error, StoreError), stream
-            assert "was committed, but syncing" in str(error), stream
+            assert "ended, but syncing" in str(error), stream
             assert os.strerror(errno.EIO) in str(error)
             assert isinstance(error.__cause__, OSError)
         assert committed_events(db) == 1 + 6 * 2  # each written once, none again
@@ -231,9 +236,9 @@ def test_a_retry_that_finds_its_events_recorded_waits_for_a_sync(
         (again,) = store.append(
             "child", [NewEvent("test.added", {"amount": 5}, event_id=recorded.event_id)]
         )
-        # One sync ends the transaction whose insert the taken event id refused, one follows
-        # the lookup that found the events.
-        assert again == recorded and len(calls) == 2
+        # The transaction whose insert the taken event id refused ends with a sync, begun
+        # after it saw the events committed.
+        assert again == recorded and len(calls) == 1
 
 
 def test_every_append_returns_after_a_sync_that_began_after_its_commit(
@@ -370,3 +375,95 @@ def test_the_wal_is_kept_open_and_followed_when_its_directory_is_renamed(
         assert synced[0][1:] == (wal.st_dev, wal.st_ino)
         assert os.stat(tmp_path / "after" / "s.db-wal").st_ino == wal.st_ino
         assert totals(store) == {"a": (6, 3)}
+
+
+def _wal_database(db: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")  # the WAL itself is made at the next read
+    return conn
+
+
+def test_a_new_database_s_wal_is_opened_when_the_connection_is_set_up(tmp_path: Path) -> None:
+    """Before the connection's first commit, so a write-back error of that commit is reported
+    to the kept descriptor whoever saw it first."""
+    conn = _wal_database(tmp_path / "s.db")
+    sync = WalSync("sqlite:///s.db")
+    sync.watch(conn.cursor())
+    wal = os.stat(tmp_path / "s.db-wal")
+    assert sync._fd is not None
+    assert (os.fstat(sync._fd).st_dev, os.fstat(sync._fd).st_ino) == (wal.st_dev, wal.st_ino)
+    conn.close()
+
+
+def test_a_wal_that_cannot_be_opened_fails_the_write_not_the_store(tmp_path: Path) -> None:
+    here = tmp_path / "here"
+    here.mkdir()
+    conn = _wal_database(here / "s.db")
+    conn.execute("CREATE TABLE t (x)")
+    sync = WalSync("sqlite:///s.db")
+    sync.watch(conn.cursor())
+    conn.close()  # the last connection: SQLite copies the WAL into the database, deletes it
+    assert not (here / "s.db-wal").exists()
+    here.rename(tmp_path / "gone")
+    with pytest.raises(StoreError, match="opening its write-ahead log failed"):
+        sync.sync()
+    assert sync.failed is None
+    (tmp_path / "gone").rename(here)
+    conn = sqlite3.connect(here / "s.db", isolation_level=None)
+    conn.execute("INSERT INTO t VALUES (1)")  # a WAL made anew, opened by the next sync
+    sync.sync()
+    assert os.fstat(sync._fd or -1).st_ino == os.stat(here / "s.db-wal").st_ino
+    conn.close()
+
+
+def test_a_forked_child_syncs_though_a_parent_thread_held_the_lock(tmp_path: Path) -> None:
+    conn = _wal_database(tmp_path / "s.db")
+    sync = WalSync("sqlite:///s.db")
+    sync.watch(conn.cursor())
+    with sync._lock:  # this thread's hold is the child's parent's, absent there
+
+        def child() -> bytes:
+            fresh = sync._lock.acquire(blocking=False)  # never wait: a failure, not a hang
+            if not fresh:
+                return b"the parent's lock"
+            sync._lock.release()
+            if sync._fd is not None:  # the parent's open file, and its record of errors
+                return b"the parent's descriptor"
+            own = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+            if not sync.watch(own.cursor()):
+                return b"no descriptor"
+            own.execute("CREATE TABLE t (x)")
+            sync.sync()
+            return b"synced"
+
+        assert in_a_forked_child(child) == b"synced"
+    conn.close()
+
+
+def test_an_append_refused_by_a_stream_s_version_waits_for_a_sync(
+    tmp_path: Path, syncs: list[Callable[[int], None]]
+) -> None:
+    """The refusal may rest on another process's commit that is not synced yet."""
+    with open_store(f"sqlite:///{tmp_path}/s.db", projections=TOTALS, durability="full") as s:
+        s.append("a", [added(1)])
+        calls: list[int] = []
+        syncs.append(calls.append)
+        with pytest.raises(ConcurrencyError):
+            s.append("a", [added(2)], expected_version=0)
+        assert len(calls) == 1
+
+
+def test_a_block_that_commits_then_raises_is_synced(
+    tmp_path: Path, syncs: list[Callable[[int], None]]
+) -> None:
+    with open_store(f"sqlite:///{tmp_path}/s.db", projections=TOTALS, durability="full") as s:
+        calls: list[int] = []
+        syncs.append(calls.append)
+        with pytest.raises(RuntimeError), s.write_transaction() as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO run_leases VALUES ('r1', 'h', 1, '2026-12-06 00:00:00.000000')"
+            )
+            conn.commit()
+            raise RuntimeError("after the commit")
+        assert len(calls) == 1
+        assert committed_rows(tmp_path / "s.db", "run_leases") == 1
