@@ -396,21 +396,20 @@ def test_a_new_database_s_wal_is_opened_when_the_connection_is_set_up(tmp_path: 
 
 
 def test_a_wal_that_cannot_be_opened_fails_the_write_not_the_store(tmp_path: Path) -> None:
+    """At setup the connection then keeps SQLite's FULL (`watch` says so); a sync that cannot
+    open it fails, and the next one, once it can, syncs: no page was lost."""
     here = tmp_path / "here"
     here.mkdir()
     conn = _wal_database(here / "s.db")
     conn.execute("CREATE TABLE t (x)")
+    here.rename(tmp_path / "gone")  # the path SQLite gives for the file names nothing now
     sync = WalSync("sqlite:///s.db")
-    sync.watch(conn.cursor())
-    conn.close()  # the last connection: SQLite copies the WAL into the database, deletes it
-    assert not (here / "s.db-wal").exists()
-    here.rename(tmp_path / "gone")
+    assert sync.watch(conn.cursor()) is False
     with pytest.raises(StoreError, match="opening its write-ahead log failed"):
         sync.sync()
     assert sync.failed is None
     (tmp_path / "gone").rename(here)
-    conn = sqlite3.connect(here / "s.db", isolation_level=None)
-    conn.execute("INSERT INTO t VALUES (1)")  # a WAL made anew, opened by the next sync
+    conn.execute("INSERT INTO t VALUES (1)")
     sync.sync()
     assert os.fstat(sync._fd or -1).st_ino == os.stat(here / "s.db-wal").st_ino
     conn.close()
