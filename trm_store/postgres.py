@@ -128,7 +128,7 @@ class PostgresBackend:
             return None
         statement, values = numbered_insert(appends, recorded_at, ours)
         try:
-            rows = self._writers.in_two(
+            rows = self._writers.committed(
                 f"EXECUTE {_LOCK_AND_NOTIFY.name}",
                 statement,
                 values,

@@ -44,25 +44,23 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from trm_store.errors import StoreError
 from trm_store.postgres_connection import close_now, driver_connection, last_rows
+from trm_store.postgres_kept import KeptConnections
 from trm_store.postgres_prepared import (
     NO_SUCH_PREPARED_STATEMENT,
     Prepared,
     ensure_prepared,
     unsure,
 )
+from trm_store.postgres_warm import cancel_running, warm
 
 __all__ = ["LAST_QUERY_HIDDEN", "PostgresWriters", "TransactionAborted"]
 
-_OPENED_AFTER = "trm_opened_after_closes"
-"""The key, in a writer connection's `info`, of the `close` count it was opened under."""
 LAST_QUERY_HIDDEN = (
-    "-- the last query of a transaction in two (PostgresWriters.in_two): its text is not kept"
+    "-- the query carrying a transaction's COMMIT (PostgresWriters.committed): its text is not kept"
 )
 """The statement of the error raised when a connection is lost once that query left (its
 outcome unknown), in place of the query's text."""
-_MAY_HAVE_COMMITTED = (
-    "the transaction's last query, with its COMMIT, had left: it may have been written"
-)
+_MAY_HAVE_COMMITTED = "the transaction's query with its COMMIT had left: it may have been written"
 _ABORTED = (
     "a statement of the transaction failed and its error was caught (by a projection's apply?):"
     " PostgreSQL ends such a transaction, and would answer its COMMIT with a rollback; nothing"
@@ -78,10 +76,6 @@ class TransactionAborted(Exception):
     group's appends are then written one by one (`trm_store.append`), each to its own outcome."""
 
 
-_inherited: list[PoolProxiedConnection] = []
-"""A forked child's references to its parent's connections: never closed, never used."""
-
-
 class PostgresWriters:
     """Up to `slots` writer connections of one engine, each used by one transaction at a time."""
 
@@ -89,10 +83,7 @@ class PostgresWriters:
         self._engine = engine
         self._size = slots
         self._slots = threading.BoundedSemaphore(slots)
-        self._lock = threading.Lock()
-        self._idle: list[PoolProxiedConnection] = []
-        self._closes = 0
-        """How many times `close` ran: a connection opened before the last one is not kept."""
+        self._kept = KeptConnections(engine)
         _ALL.add(self)
 
     @contextmanager
@@ -121,7 +112,7 @@ class PostgresWriters:
                 _roll_back(conn, connection)
                 raise
 
-    def in_two(
+    def committed(
         self,
         first: str,
         last: str,
@@ -129,32 +120,48 @@ class PostgresWriters:
         *,
         prepare: Sequence[Prepared] = (),
     ) -> Sequence[Sequence[Any]] | None:
-        """A READ COMMITTED transaction in two round trips: `BEGIN` and `first` (`transaction`'s),
-        then `last` (quoted with `params`) and `COMMIT` in one query; the rows of the last
-        statement of `last` that returned any. None when `last` failed with nothing written (the
-        transaction rolled back; the connection is kept).
+        """A READ COMMITTED transaction of `first`, then `last` (quoted with `params`) and
+        `COMMIT`: all in one query on a connection that may carry it (`trm_store.postgres_warm`),
+        else in two round trips (`BEGIN` and `first`, as `transaction`'s, then the rest). The
+        rows of the last statement of `last` that returned any; None when the transaction failed
+        with nothing written (rolled back).
 
-        Whatever `first` waits for (the lock), the `COMMIT` is not on its way: a caller gone
-        meanwhile (interrupted, killed) leaves a transaction the server rolls back. Once `last`
-        has left, a lost connection leaves its outcome unknown, as a `COMMIT`'s is: that error
-        is the caller's, and so is an interrupt's (a note on it says so). An error keeps no copy
-        of `last`'s text (it holds every value sent).
+        In two, whatever `first` waits for (the lock), the `COMMIT` is not on its way: a caller
+        gone meanwhile leaves a transaction the server rolls back. In one, the server sees a
+        killed caller's socket closed within `CLIENT_CHECK_MS`, and an interrupted caller
+        cancels. Once the `COMMIT` has left, a lost connection leaves the outcome unknown: that
+        error is the caller's, and so is an interrupt's (a note on it says so). An error keeps
+        no copy of `last`'s text (it holds every value sent).
         """
         then = (f"{last}; COMMIT", params)
-        with self._connection(first, None, prepare, then) as (conn, connection, raw, _, sql):
+        try:
+            with self._connection(first, None, prepare, then) as (conn, connection, raw, rows, sql):
+                return self._then(conn, connection, raw, rows, sql)
+        except DBAPIError as e:  # the whole query's, which `_begin` hid
+            if e.statement != LAST_QUERY_HIDDEN or e.connection_invalidated:
+                raise
+            return None
+
+    def _then(
+        self,
+        conn: Connection,
+        connection: PoolProxiedConnection,
+        raw: psycopg.Connection[Any],
+        rows: Sequence[Sequence[Any]],
+        sql: str,
+    ) -> Sequence[Sequence[Any]] | None:
+        """`committed`'s second query, `sql`, unless the first carried it ("")."""
+        if sql:
             try:
                 rows = last_rows(conn, raw, sql)
-                conn.commit()  # nothing to send: SQLAlchemy's transaction ends with the server's
-                return rows
             except BaseException as e:
-                if isinstance(e, DBAPIError):
-                    e.statement = LAST_QUERY_HIDDEN
-                else:  # an interrupt (a signal handler's exception): the COMMIT may have left
-                    e.add_note(_MAY_HAVE_COMMITTED)
+                _hide_or_note(e)
                 _roll_back(conn, connection)
                 if isinstance(e, DBAPIError) and not e.connection_invalidated:
                     return None
                 raise
+        conn.commit()  # nothing to send: SQLAlchemy's transaction ends with the server's
+        return rows
 
     @contextmanager
     def _connection(
@@ -174,14 +181,15 @@ class PostgresWriters:
     ]:
         """A slot's connection (SQLAlchemy's, the pool's proxy and the driver's), its transaction
         begun with `first`, the rows of its last statement that returned any, and the query
-        `then` (SQL, params) quoted, "" without one; put back (or closed) when the block ends."""
+        `then` (SQL, params) quoted: "" without one, or when `first`'s query carried it (then
+        the rows are its); put back (or closed) when the block ends."""
         with self._slots:
             conn, connection, rows, then_sql = self._begun(first, params, prepare, then)
             raw = driver_connection(connection)  # an invalidation forgets it: still to close
             try:
                 yield conn, connection, raw, rows, then_sql
             finally:
-                self._put_back(conn, connection, raw)
+                self._kept.put_back(conn, connection, raw)
 
     def _begun(
         self,
@@ -190,17 +198,20 @@ class PostgresWriters:
         prepare: Sequence[Prepared],
         then: tuple[str, Mapping[str, Any]] | None,
     ) -> tuple[Connection, PoolProxiedConnection, Sequence[Sequence[Any]], str]:
-        kept = self._take()
+        kept = self._kept.take()
         if kept is not None:
+            whole = then is not None and warm(kept, driver_connection(kept), fresh=False)
             try:
-                return self._begin(kept, first, params, prepare, then)
+                return self._begin(kept, first, params, prepare, then, whole=whole)
             except DBAPIError as e:
                 lost = getattr(e.orig, "sqlstate", None) == NO_SUCH_PREPARED_STATEMENT
-                if not (e.connection_invalidated or lost):
-                    raise
+                if not (e.connection_invalidated or lost) or (whole and not lost):
+                    raise  # a whole query that may have committed, lost: its outcome is unknown
                 # It had died while idle, or its session lost the prepared statement (a
                 # `DEALLOCATE`): nothing was written, and `_begin` closed it. Again, on a new one.
-        return self._begin(self._opened(), first, params, prepare, then)
+        fresh = self._kept.opened()
+        whole = then is not None and warm(fresh, driver_connection(fresh), fresh=True)
+        return self._begin(fresh, first, params, prepare, then, whole=whole)
 
     def _begin(
         self,
@@ -209,7 +220,10 @@ class PostgresWriters:
         params: Mapping[str, Any] | None,
         prepare: Sequence[Prepared],
         then: tuple[str, Mapping[str, Any]] | None,
+        *,
+        whole: bool,
     ) -> tuple[Connection, PoolProxiedConnection, Sequence[Sequence[Any]], str]:
+        """Begin with `first`; with `then` too when `whole` (`then` then returns as "")."""
         # A new `Connection` per transaction: it reads the engine's echo and logging as they
         # are now, as one from the pool would.
         raw = driver_connection(connection)
@@ -222,63 +236,40 @@ class PostgresWriters:
                 sql = psycopg.ClientCursor(raw).mogrify(sql, params)
             # Quoted before `first` waits for the append lock, not while it is held:
             then_sql = "" if then is None else psycopg.ClientCursor(raw).mogrify(*then)
+            if whole:
+                sql, then_sql = f"{sql}; {then_sql}", ""
             conn.begin()
             for statement in prepare:
                 ensure_prepared(conn, connection, statement)
             rows = last_rows(conn, raw, sql)
-        except BaseException:
+        except BaseException as e:
+            if whole:
+                _hide_or_note(e)
+                cancel_running(raw)
             close_now(raw)
             raise
         return conn, connection, rows, then_sql
 
-    def _take(self) -> PoolProxiedConnection | None:
-        with self._lock:
-            return self._idle.pop() if self._idle else None
-
-    def _opened(self) -> PoolProxiedConnection:
-        """A new connection, through the pool (so its connect hooks and events run), detached."""
-        conn = self._engine.connect()
-        conn.execution_options(isolation_level="AUTOCOMMIT")  # before detaching: it needs a pool
-        connection = conn.connection
-        connection.detach()
-        connection.info[_OPENED_AFTER] = self._closes
-        return connection
-
-    def _put_back(
-        self, conn: Connection, connection: PoolProxiedConnection, raw: psycopg.Connection[Any]
-    ) -> None:
-        """Keep the connection only if it is alive and out of any transaction; otherwise close
-        the driver's connection itself. Not through SQLAlchemy: an invalidated detached
-        connection is forgotten unclosed (its session, and any lock, would live until the
-        garbage collector ran), and one whose reset fails is left open."""
-        clean = (
-            not conn.invalidated
-            and not raw.closed
-            and raw.info.transaction_status == TransactionStatus.IDLE
-        )
-        with self._lock:
-            if clean and connection.info[_OPENED_AFTER] == self._closes:
-                self._idle.append(connection)
-                return
-        close_now(raw)
-
     def close(self) -> None:
         """Close the idle connections now, and one in use when its transaction ends (a write
         after `close` opens a new one)."""
-        with self._lock:
-            self._closes += 1
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
+        self._kept.close()
 
     def forget_after_fork(self) -> None:
         """In a forked child: none of the parent's connections, and fresh locks (a parent's
         thread that held a slot at the fork does not exist here)."""
-        _inherited.extend(self._idle)
-        self._idle = []
         self._slots = threading.BoundedSemaphore(self._size)
-        self._lock = threading.Lock()
-        self._engine.dispose(close=False)
+        self._kept.forget_after_fork()
+
+
+def _hide_or_note(e: BaseException) -> None:
+    """Once a query carrying a `COMMIT` has left: a database error keeps no copy of it (it
+    holds every value of the append), and an interrupt says the transaction may have been
+    written."""
+    if isinstance(e, DBAPIError):
+        e.statement = LAST_QUERY_HIDDEN
+    else:  # an interrupt (a signal handler's exception)
+        e.add_note(_MAY_HAVE_COMMITTED)
 
 
 def _roll_back(conn: Connection, connection: PoolProxiedConnection) -> None:

@@ -170,7 +170,7 @@ def test_the_insert_runs_its_generic_plan_which_reads_the_indexes(pg_url: str) -
     with open_store(pg_url, projections={}) as store:
         for n in range(8):
             store.append("s", [noted(n)])
-        (kept,) = store._backend._writers._idle  # type: ignore[attr-defined]
+        (kept,) = store._backend._writers._kept._idle  # type: ignore[attr-defined]
         raw = kept.dbapi_connection
         plans = "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = %s"
         assert raw.execute(plans, ("trm_append_rows",)).fetchone() == (8, 0)

@@ -23,6 +23,7 @@ from trm_store import (
     NewEvent,
     StoreError,
     open_store,
+    postgres_warm,
 )
 from trm_store.connect import normalise_url
 from trm_store.postgres import APPEND_LOCK_NAMESPACE
@@ -55,16 +56,33 @@ def test_a_kept_connection_killed_while_idle_is_replaced_before_anything_is_writ
 
 
 def test_a_kept_connection_the_network_dropped_silently_is_replaced_with_no_error(
-    pg_url: str,
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No goodbye from the server (a NAT's idle timeout): the lock's query meets a reset, with
+    """No goodbye from the server (a NAT's idle timeout, which comes after the connection has
+    been idle for longer than `WARM_FOR`): the lock, in a query of its own, meets a reset, with
     nothing written, and the append begins again on a new connection (review)."""
+    monkeypatch.setattr(postgres_warm, "WARM_FOR", 0.05)
     with round_trip_proxy(pg_url) as (proxy, url), open_store(url, projections={}) as store:
         store.append("s", [noted(1)])
+        time.sleep(0.1)
         proxy.forget_flows()
         assert [(e.position, e.version) for e in store.append("s", [noted(2)])] == [(2, 2)]
     with open_store(pg_url, projections={}) as store:
         assert [e.data["amount"] for e in store.read_all()] == [1, 2]
+
+
+def test_a_connection_the_network_dropped_within_warm_for_is_an_unknown_outcome_said_so(
+    pg_url: str,
+) -> None:
+    """A flow dropped silently right after its last use: the whole append had left in one
+    query, so the caller is told it may have been written (here it was not), and the next
+    append writes on a new connection."""
+    with round_trip_proxy(pg_url) as (proxy, url), open_store(url, projections={}) as store:
+        store.append("s", [noted(1)])
+        proxy.forget_flows()
+        with pytest.raises(StoreError, match="with an append in flight, which may have been"):
+            store.append("s", [noted(2)])
+        assert [(e.position, e.version) for e in store.append("s", [noted(3)])] == [(2, 2)]
 
 
 def test_a_session_that_lost_the_prepared_insert_is_replaced_with_no_error(pg_url: str) -> None:
@@ -72,7 +90,7 @@ def test_a_session_that_lost_the_prepared_insert_is_replaced_with_no_error(pg_ur
     written: the append begins again on a new connection."""
     with open_store(pg_url, projections={}) as store:
         store.append("s", [noted(1)])
-        (kept,) = store._backend._writers._idle  # type: ignore[attr-defined]
+        (kept,) = store._backend._writers._kept._idle  # type: ignore[attr-defined]
         kept.dbapi_connection.execute("DEALLOCATE ALL")
         assert [e.position for e in store.append("s", [noted(2)])] == [2]
         assert [e.version for e in store.read_stream("s")] == [1, 2]
@@ -92,9 +110,10 @@ print("written", flush=True)
 
 
 def test_a_writer_killed_while_it_waits_for_the_lock_writes_nothing(pg_url: str) -> None:
-    """SIGKILL of a writer process whose append waits for the lock (held here): the `COMMIT`
-    never left with the lock's wait, so the server rolls the append back once the lock is free
-    (sent in one query with the lock, it was written after its process had died: review)."""
+    """SIGKILL of a writer process whose append waits for the lock (held here), in one query
+    with its `COMMIT`: its backend sees the client's socket closed within `CLIENT_CHECK_MS` and
+    ends the query, before the lock is free (without that check, it was written once the lock
+    came free, after its process had died: review, twenty-third session)."""
     holder = psycopg.connect(_libpq(pg_url))
     child = subprocess.Popen(
         [sys.executable, "-c", _CHILD, pg_url],
@@ -111,13 +130,56 @@ def test_a_writer_killed_while_it_waits_for_the_lock_writes_nothing(pg_url: str)
         assert _wait_for(pg_url, "wait_event_type = 'Lock'")
         child.kill()
         child.wait(10)
-        holder.rollback()  # the lock is free: the killed writer's transaction goes on, or not
+        started = time.monotonic()
+        assert _wait_for(pg_url, "wait_event_type = 'Lock'", present=False)
+        assert time.monotonic() - started < 1.0  # seen within ~CLIENT_CHECK_MS
+        holder.rollback()  # the lock is free: nothing is waiting for it
         time.sleep(0.5)
         with open_store(pg_url, projections={}) as store:
             assert [e.data["amount"] for e in store.read_all()] == [1]
             assert [e.version for e in store.append("s", [noted(3)])] == [2]
     finally:
         child.kill()
+        holder.close()
+
+
+def test_a_writer_stopped_once_its_append_left_holds_no_one_up(pg_url: str) -> None:
+    """A writer process stopped (SIGSTOP: swapped out, a debugger, a partitioned network) while
+    its append waits for the lock: the server ends its transaction without it, so the lock is
+    free for the next writer (in two queries, its backend held the lock waiting for the stopped
+    client's insert, and every other writer waited with it)."""
+    holder = psycopg.connect(_libpq(pg_url))
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, pg_url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline() == "ready\n"
+        _hold_the_append_lock(holder)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert _wait_for(pg_url, "wait_event_type = 'Lock'")
+        child.send_signal(signal.SIGSTOP)
+        holder.rollback()
+        written: list[int] = []
+
+        def next_writer() -> None:  # the store opened here too: opening takes the lock
+            with open_store(pg_url, projections={}) as store:
+                written.extend(e.position for e in store.append("other", [noted(3)]))
+
+        other = threading.Thread(target=next_writer, daemon=True)
+        other.start()
+        other.join(10)
+        assert written == [3], "the next writer waited for the stopped one"
+        with open_store(pg_url, projections={}) as store:
+            assert [e.data["amount"] for e in store.read_all()] == [1, 2, 3]
+    finally:
+        child.send_signal(signal.SIGCONT)
+        child.kill()
+        child.wait(10)
         holder.close()
 
 
@@ -278,14 +340,16 @@ def _hold_the_append_lock(holder: psycopg.Connection[object]) -> None:
     )
 
 
-def _wait_for(url: str, condition: str) -> bool:
-    """Whether a backend other than this query's own meets `condition` within 10 s."""
+def _wait_for(url: str, condition: str, *, present: bool = True) -> bool:
+    """Whether, within 10 s, a backend other than this query's own meets `condition` (none
+    does, when not `present`)."""
     for _ in range(500):
-        if _admin(
+        found = _admin(
             url,
             "SELECT 1 FROM pg_stat_activity"
             f" WHERE pid <> pg_backend_pid() AND datname = current_database() AND {condition}",
-        ):
+        )
+        if bool(found) == present:
             return True
         time.sleep(0.02)
     return False

@@ -32,6 +32,7 @@ from trm_store import (
     RecordedEvent,
     StoreError,
     open_store,
+    postgres_warm,
 )
 from trm_store.connect import normalise_url
 from trm_store.postgres import WRITER_SLOTS
@@ -57,9 +58,12 @@ def _terminate_idle_backends(url: str) -> int:
         admin.dispose()
 
 
-def test_an_append_no_projection_takes_is_two_round_trips(pg_url: str) -> None:
-    """`BEGIN` and the lock, then the insert and `COMMIT` (`trm_store.postgres_append`): the
-    first append on a connection also prepares its two statements."""
+def test_an_append_no_projection_takes_is_one_round_trip_and_two_after_an_idle_while(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`BEGIN`, the lock, the insert and `COMMIT` in one query on a connection used within
+    `WARM_FOR`; on one idle for longer, the lock first, then the insert and `COMMIT`
+    (`trm_store.postgres_warm`)."""
     with round_trip_proxy(pg_url) as (proxy, url), open_store(url, projections={}) as s:
         s.append("s", [added(1)])
         counted = []
@@ -67,8 +71,13 @@ def test_an_append_no_projection_takes_is_two_round_trips(pg_url: str) -> None:
             before = proxy.round_trips
             s.append("s", [added(n)], expected_version=n - 1)
             counted.append(proxy.round_trips - before)
-        assert counted == [2] * 10
-        assert [e.version for e in s.read_stream("s")] == list(range(1, 12))
+        assert counted == [1] * 10
+        monkeypatch.setattr(postgres_warm, "WARM_FOR", 0.05)
+        time.sleep(0.1)
+        before = proxy.round_trips
+        s.append("s", [added(12)], expected_version=11)
+        assert proxy.round_trips - before == 2
+        assert [e.version for e in s.read_stream("s")] == list(range(1, 13))
 
 
 def test_an_append_a_projection_takes_is_one_round_trip_per_statement_and_no_more(
@@ -246,7 +255,7 @@ def test_a_writer_session_that_lost_the_prepared_heads_read_is_replaced_with_no_
     append begins again on a new connection."""
     with open_store(pg_url, projections=TOTALS) as store:
         store.append("s", [added(1)])
-        (kept,) = store._backend._writers._idle  # type: ignore[attr-defined]
+        (kept,) = store._backend._writers._kept._idle  # type: ignore[attr-defined]
         kept.dbapi_connection.execute("DEALLOCATE ALL")
         assert [e.position for e in store.append("s", [added(2)])] == [2]
         assert totals(store) == {"s": (3, 2)}

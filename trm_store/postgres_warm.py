@@ -1,0 +1,80 @@
+"""Whether a PostgreSQL writer connection may carry a whole append, the lock's wait and the
+`COMMIT` included, in one query (`PostgresWriters.committed`).
+
+Why: in two queries (the lock, then the insert and `COMMIT`), the append lock is held from its
+grant across one turn of the client, which on a busy machine waits for a CPU: every other
+writer waits with it (4 writer processes on 2 CPUs: ~10% of their events/s, bench/README.md,
+"Twenty-seventh session"), and a client stopped there (SIGSTOP, swapped out, a partitioned
+network) holds the lock until the server notices. In one query, the server ends the
+transaction without waiting for the client.
+
+What one query must not do is write an append whose caller is gone while it waits for the
+lock (review, twenty-third session). So it is sent only on a connection whose server checks
+that its client is still there while a query runs (`client_connection_check_interval`,
+PostgreSQL 14 and later, set when the connection opens): a writer process killed while it
+waits is seen gone within `CLIENT_CHECK_MS`, and its backend ends the query, with nothing
+written, unless the lock came free before that. An interrupted caller cancels its query
+(`cancel_running`). And a connection the server or the network may have dropped since its last
+use, where one query's failure would leave its outcome unknown, takes the lock in a query of its
+own first (which fails with nothing written, and the append begins again on a new connection):
+one idle for longer than `WARM_FOR` (a NAT forgets a flow after minutes), or one on which
+anything arrived while it was idle (the server's goodbye when it terminates a backend or shuts
+down).
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from contextlib import suppress
+from typing import Any
+
+import psycopg
+from sqlalchemy.pool import PoolProxiedConnection
+
+__all__ = ["CLIENT_CHECK_MS", "WARM_FOR", "cancel_running", "used", "warm", "watch_client"]
+
+CLIENT_CHECK_MS = 10
+"""How often, in ms, a writer's backend looks at its client's socket while a query runs."""
+WARM_FOR = 1.0
+"""Seconds after its last transaction a kept connection still takes a whole append in one
+query."""
+_WATCHED = "trm_client_watched"
+_USED_AT = "trm_used_at"
+
+
+def watch_client(connection: PoolProxiedConnection, raw: psycopg.Connection[Any]) -> None:
+    """Make the server check the client of a new writer connection (in autocommit at the
+    driver) while its queries run; a server before 14 cannot, and gets two queries an append."""
+    if raw.info.server_version >= 140000:
+        raw.execute(f"SET client_connection_check_interval = {CLIENT_CHECK_MS}")
+        connection.info[_WATCHED] = True
+
+
+def used(connection: PoolProxiedConnection) -> None:
+    """Note that a transaction on `connection` just ended well."""
+    connection.info[_USED_AT] = time.monotonic()
+
+
+def warm(connection: PoolProxiedConnection, raw: psycopg.Connection[Any], *, fresh: bool) -> bool:
+    """Whether `connection` may carry a whole append in one query: its server checks its
+    client, and it is `fresh` (just opened) or was used within `WARM_FOR` with nothing
+    received since."""
+    if not connection.info.get(_WATCHED):
+        return False
+    if fresh:
+        return True
+    if time.monotonic() - connection.info.get(_USED_AT, float("-inf")) > WARM_FOR:
+        return False
+    readable, _, _ = select.select([raw.fileno()], [], [], 0)
+    return not readable
+
+
+def cancel_running(raw: psycopg.Connection[Any]) -> None:
+    """Ask the server to cancel the query `raw` is running (its caller was interrupted, by an
+    exception from a signal handler: psycopg cancels only on KeyboardInterrupt), before the
+    connection is closed: a query waiting for the append lock then ends at once, with nothing
+    written. The outcome of one that got the lock first is unknown to the caller."""
+    if raw.info.transaction_status == psycopg.pq.TransactionStatus.ACTIVE:
+        with suppress(Exception):
+            raw.cancel_safe(timeout=5.0)
