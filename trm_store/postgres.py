@@ -24,10 +24,11 @@ from trm_store.postgres_append import (
     json_size,
     numbered_insert,
 )
+from trm_store.postgres_outcome import LAST_QUERY_HIDDEN
 from trm_store.postgres_prepared import Prepared
 from trm_store.postgres_read_only import guard_read_only
 from trm_store.postgres_session import set_session_on_connect
-from trm_store.postgres_writers import LAST_QUERY_HIDDEN, PostgresWriters
+from trm_store.postgres_writers import PostgresWriters
 from trm_store.prepared import PreparedAppend
 from trm_store.rebuild_lock import RebuildLock, advisory_rebuild_lock
 from trm_store.rows_insert import copy_rows
@@ -119,8 +120,9 @@ class PostgresBackend:
         recorded_at: datetime,
         ours: Mapping[str, int],
     ) -> list[tuple[int, int]] | None:
-        """`appends` numbered under the lock by the database, in two round trips: the lock's,
-        then the insert's with its `COMMIT` (`trm_store.postgres_append`). Each event's position
+        """`appends` numbered under the lock by the database, the lock, insert and `COMMIT` in
+        one query on a warm connection, else the lock's round trip first
+        (`trm_store.postgres_append`). Each event's position
         and version, in order; None when they are too large for it, or when it inserted nothing
         (a stream not at its expected version, a projection to act on, an event id taken)."""
         self._refuse_if_read_only()
@@ -135,7 +137,7 @@ class PostgresBackend:
                 prepare=(_LOCK_AND_NOTIFY, APPEND_ROWS),
             )
         except DBAPIError as e:
-            if e.statement == LAST_QUERY_HIDDEN:  # lost once the insert and its COMMIT had left
+            if e.statement == LAST_QUERY_HIDDEN and e.connection_invalidated:  # lost once it left
                 raise StoreError(
                     f"lost the connection to {self.describe()} with an append in flight, which"
                     " may have been written (a retry with the same event ids is recorded once):"

@@ -1,18 +1,17 @@
-"""An append numbered by the database on PostgreSQL, in two round trips: `BEGIN` and the append
-lock, then the insert and `COMMIT`, the client's work all done before the lock is asked for.
+"""An append numbered by the database on PostgreSQL, in one query (`BEGIN`, the append lock, the
+insert, `COMMIT`), the client's work all done before the lock is asked for; in two on a writer
+connection that is not warm (`trm_store.postgres_warm`): the lock's, then the rest.
 
 Why: writers queue for the append lock, and an append holds it from its grant to its commit.
 Statement by statement, an append holds it across three round trips to its client (the heads
 read, the `COPY`, the `COMMIT`) and the client's Python between them: numbering the events,
 building the rows (50-event appends, one writer: 1.8 ms of the 2.3 ms the transaction takes).
-Here the query that follows the lock is ready before the lock is asked for, and the server
-numbers the events: the lock is held for one turn of the client (receive, send) and the server's
-own work.
+Here the insert is ready before the lock is asked for, and the server numbers the events: the
+lock is held for the server's own work (in two queries, also for one turn of the client).
 
-The `COMMIT` never travels with the lock's wait (sent with it, the transaction was written even
-when its caller had been interrupted, or its process killed, while it waited: review, twenty-third
-session): a caller gone before the insert is sent leaves a transaction the server rolls back. The
-insert is one simple query (no parameters: its values are quoted into it by psycopg's
+A caller gone while the query waits for the lock writes nothing: the server checks its client's
+socket, and an interrupted caller cancels (`trm_store.postgres_warm`). The insert is one simple
+query (no parameters: its values are quoted into it by psycopg's
 client-side binding), `EXECUTE trm_append_rows(...); COMMIT`; the statement, after the lock's,
 takes its own snapshot at READ COMMITTED, so it sees every append committed before the lock was
 granted. The events' columns travel as array literals, one a column, which the prepared
@@ -107,7 +106,7 @@ def numbered_insert(
     recorded_at: datetime,
     ours: Mapping[str, int],
 ) -> tuple[str, dict[str, Any]]:
-    """The insert's `EXECUTE` and its values (for `PostgresWriters.in_two`): every event of
+    """The insert's `EXECUTE` and its values (for `PostgresWriters.committed`): every event of
     `appends`, in order, with its rank among its stream's events in them (1, 2, ...), the first
     of each stream's part (`PreparedAppend`) carrying its expected version; `ours` the
     projections this code runs (name -> version)."""

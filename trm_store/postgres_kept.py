@@ -1,11 +1,20 @@
 """The connections a PostgreSQL store's writers keep between their transactions
 (`trm_store.postgres_writers`): opened through the pool and detached from it, kept only when
-clean, closed by `close`, and forgotten, unclosed, in a forked child (whose parent still uses
-them)."""
+clean, closed by `close`, and let go in a forked child, whose parent still uses them.
+
+In the child, each of the parent's writer sockets (idle or in a transaction) is replaced by
+`/dev/null` under the same descriptor, unclosed at the protocol level: the child cannot talk on
+it (two processes on one connection corrupt it), and does not keep it open. A socket the child
+kept open would outlive the parent: the server, which watches for a closed socket to end the
+query of a writer that died while it waited for the lock (`trm_store.postgres_warm`), would see
+none, and commit a dead writer's append (review, twenty-seventh session)."""
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
+from contextlib import suppress
 from typing import Any
 
 import psycopg
@@ -34,6 +43,8 @@ class KeptConnections:
         self._idle: list[PoolProxiedConnection] = []
         self._closes = 0
         """How many times `close` ran: a connection opened before the last one is not kept."""
+        self._opened: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
+        """Every connection opened here and not yet garbage: the ones a forked child lets go."""
 
     def take(self) -> PoolProxiedConnection | None:
         """The connection put back last, if any (the one most likely still warm)."""
@@ -48,6 +59,7 @@ class KeptConnections:
         connection = conn.connection
         connection.detach()
         connection.info[_OPENED_AFTER] = self._closes
+        self._opened.add(driver_connection(connection))
         try:
             watch_client(connection, driver_connection(connection))
         except BaseException:
@@ -83,9 +95,18 @@ class KeptConnections:
             conn.close()
 
     def forget_after_fork(self) -> None:
-        """In a forked child: none of the parent's connections, a fresh lock, and a new pool
-        for the engine (`Engine.dispose(close=False)`, as SQLAlchemy advises for a child)."""
+        """In a forked child: none of the parent's connections, their sockets let go, a fresh
+        lock, and a new pool for the engine (`Engine.dispose(close=False)`, as SQLAlchemy
+        advises for a child)."""
         _inherited.extend(self._idle)
         self._idle = []
         self._lock = threading.Lock()
+        nothing = os.open(os.devnull, os.O_RDWR)
+        try:
+            for raw in list(self._opened):
+                with suppress(Exception):  # a closed one has no descriptor left
+                    if not raw.closed:
+                        os.dup2(nothing, raw.fileno(), inheritable=False)
+        finally:
+            os.close(nothing)
         self._engine.dispose(close=False)

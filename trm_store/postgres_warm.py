@@ -45,10 +45,15 @@ _USED_AT = "trm_used_at"
 
 def watch_client(connection: PoolProxiedConnection, raw: psycopg.Connection[Any]) -> None:
     """Make the server check the client of a new writer connection (in autocommit at the
-    driver) while its queries run; a server before 14 cannot, and gets two queries an append."""
-    if raw.info.server_version >= 140000:
+    driver) while its queries run; a server before 14, or one that refuses the setting (on
+    Windows and macOS it must stay 0), cannot, and gets two queries an append."""
+    if raw.info.server_version < 140000:
+        return
+    try:
         raw.execute(f"SET client_connection_check_interval = {CLIENT_CHECK_MS}")
-        connection.info[_WATCHED] = True
+    except psycopg.Error:  # refused: Windows and macOS servers, a server without the setting
+        return
+    connection.info[_WATCHED] = True
 
 
 def used(connection: PoolProxiedConnection) -> None:
@@ -66,8 +71,12 @@ def warm(connection: PoolProxiedConnection, raw: psycopg.Connection[Any], *, fre
         return True
     if time.monotonic() - connection.info.get(_USED_AT, float("-inf")) > WARM_FOR:
         return False
-    readable, _, _ = select.select([raw.fileno()], [], [], 0)
-    return not readable
+    try:
+        watched = select.poll()  # not select.select: a descriptor may be past 1023
+        watched.register(raw.fileno(), select.POLLIN)
+        return not watched.poll(0)
+    except Exception:  # a closed connection, whatever else: not warm, and two queries tell
+        return False
 
 
 def cancel_running(raw: psycopg.Connection[Any]) -> None:

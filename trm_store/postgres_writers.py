@@ -14,8 +14,9 @@ the heads in one round trip: PostgreSQL takes a new snapshot for each statement 
 query at READ COMMITTED (forced, whatever the session's default), so a statement after the lock
 sees every append committed before the lock was granted. From there the transaction is an
 ordinary one: psycopg sees the server's transaction status, so SQLAlchemy's `commit`/`rollback`
-send `COMMIT`/`ROLLBACK`. A transaction can also end in a second query that carries its last
-statements and its `COMMIT` (`in_two`, `trm_store.postgres_append`).
+send `COMMIT`/`ROLLBACK`. A transaction can also carry its last statements and its `COMMIT` in
+that same query, or in a second one on a connection that is not warm (`committed`,
+`trm_store.postgres_append`, `trm_store.postgres_warm`).
 
 No ping: a kept connection that died while idle (a server restart, `pg_terminate_backend`) fails
 at that first statement, before anything was written, and the transaction is begun again once on
@@ -45,6 +46,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from trm_store.errors import StoreError
 from trm_store.postgres_connection import close_now, driver_connection, last_rows
 from trm_store.postgres_kept import KeptConnections
+from trm_store.postgres_outcome import final, hide_or_note, sent
 from trm_store.postgres_prepared import (
     NO_SUCH_PREPARED_STATEMENT,
     Prepared,
@@ -53,14 +55,8 @@ from trm_store.postgres_prepared import (
 )
 from trm_store.postgres_warm import cancel_running, warm
 
-__all__ = ["LAST_QUERY_HIDDEN", "PostgresWriters", "TransactionAborted"]
+__all__ = ["PostgresWriters", "TransactionAborted"]
 
-LAST_QUERY_HIDDEN = (
-    "-- the query carrying a transaction's COMMIT (PostgresWriters.committed): its text is not kept"
-)
-"""The statement of the error raised when a connection is lost once that query left (its
-outcome unknown), in place of the query's text."""
-_MAY_HAVE_COMMITTED = "the transaction's query with its COMMIT had left: it may have been written"
 _ABORTED = (
     "a statement of the transaction failed and its error was caught (by a projection's apply?):"
     " PostgreSQL ends such a transaction, and would answer its COMMIT with a rollback; nothing"
@@ -137,10 +133,10 @@ class PostgresWriters:
         try:
             with self._connection(first, None, prepare, then) as (conn, connection, raw, rows, sql):
                 return self._then(conn, connection, raw, rows, sql)
-        except DBAPIError as e:  # the whole query's, which `_begin` hid
-            if e.statement != LAST_QUERY_HIDDEN or e.connection_invalidated:
+        except DBAPIError as e:
+            if not sent(e) or e.connection_invalidated or final(e):
                 raise
-            return None
+            return None  # the whole query's error: it rolled back
 
     def _then(
         self,
@@ -155,9 +151,9 @@ class PostgresWriters:
             try:
                 rows = last_rows(conn, raw, sql)
             except BaseException as e:
-                _hide_or_note(e)
+                hide_or_note(e)
                 _roll_back(conn, connection)
-                if isinstance(e, DBAPIError) and not e.connection_invalidated:
+                if isinstance(e, DBAPIError) and not (e.connection_invalidated or final(e)):
                     return None
                 raise
         conn.commit()  # nothing to send: SQLAlchemy's transaction ends with the server's
@@ -205,7 +201,7 @@ class PostgresWriters:
                 return self._begin(kept, first, params, prepare, then, whole=whole)
             except DBAPIError as e:
                 lost = getattr(e.orig, "sqlstate", None) == NO_SUCH_PREPARED_STATEMENT
-                if not (e.connection_invalidated or lost) or (whole and not lost):
+                if not (e.connection_invalidated or lost) or (sent(e) and not lost):
                     raise  # a whole query that may have committed, lost: its outcome is unknown
                 # It had died while idle, or its session lost the prepared statement (a
                 # `DEALLOCATE`): nothing was written, and `_begin` closed it. Again, on a new one.
@@ -231,6 +227,7 @@ class PostgresWriters:
         # READ COMMITTED whatever the session's default: each statement after the lock's then
         # reads with a snapshot taken once the lock is held.
         sql = f"BEGIN ISOLATION LEVEL READ COMMITTED; {first}"
+        left = False
         try:
             if params is not None:
                 sql = psycopg.ClientCursor(raw).mogrify(sql, params)
@@ -241,12 +238,15 @@ class PostgresWriters:
             conn.begin()
             for statement in prepare:
                 ensure_prepared(conn, connection, statement)
+            left = whole  # from here on, a whole query's outcome is unknown until it answers
             rows = last_rows(conn, raw, sql)
         except BaseException as e:
-            if whole:
-                _hide_or_note(e)
-                cancel_running(raw)
-            close_now(raw)
+            try:
+                if left:
+                    hide_or_note(e)
+                    cancel_running(raw)
+            finally:  # even if a second interrupt cuts the cancel short
+                close_now(raw)
             raise
         return conn, connection, rows, then_sql
 
@@ -260,16 +260,6 @@ class PostgresWriters:
         thread that held a slot at the fork does not exist here)."""
         self._slots = threading.BoundedSemaphore(self._size)
         self._kept.forget_after_fork()
-
-
-def _hide_or_note(e: BaseException) -> None:
-    """Once a query carrying a `COMMIT` has left: a database error keeps no copy of it (it
-    holds every value of the append), and an interrupt says the transaction may have been
-    written."""
-    if isinstance(e, DBAPIError):
-        e.statement = LAST_QUERY_HIDDEN
-    else:  # an interrupt (a signal handler's exception)
-        e.add_note(_MAY_HAVE_COMMITTED)
 
 
 def _roll_back(conn: Connection, connection: PoolProxiedConnection) -> None:

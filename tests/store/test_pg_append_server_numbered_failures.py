@@ -1,23 +1,20 @@
 """An append numbered by the database on PostgreSQL (`trm_store.postgres_append`) when things
 fail: a connection dead while idle (the server's goodbye, or a NAT's silence), a session that lost
-the prepared statements, a writer killed or interrupted while it waits for the lock (nothing is
-written after), an interrupt or a lost connection once the insert and its `COMMIT` have left
-(the outcome unknown, and said so; a group's callers each told the truth)."""
+the prepared statements, an interrupt or a lost connection once the insert and its `COMMIT` have
+left (the outcome unknown, and said so; a group's callers each told the truth). A writer gone
+while its append waits for the lock: `test_pg_append_gone_writers.py`."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import threading
 import time
 
-import psycopg
 import pytest
 from sqlalchemy import event
 from sqlalchemy.engine import ExceptionContext
 
 from tests.store.helpers import noted, writing_held
+from tests.store.pg_lock_helpers import admin, wait_for
 from tests.store.round_trip_proxy import round_trip_proxy
 from trm_store import (
     NewEvent,
@@ -25,8 +22,6 @@ from trm_store import (
     open_store,
     postgres_warm,
 )
-from trm_store.connect import normalise_url
-from trm_store.postgres import APPEND_LOCK_NAMESPACE
 
 pytestmark = pytest.mark.postgres
 
@@ -43,7 +38,7 @@ def test_a_kept_connection_killed_while_idle_is_replaced_before_anything_is_writ
         def _seen(context: ExceptionContext) -> None:
             disconnects.append(context.is_disconnect)
 
-        killed = _admin(
+        killed = admin(
             pg_url,
             "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
             " WHERE application_name = 'trm-numbered-test' AND state = 'idle'"
@@ -94,121 +89,6 @@ def test_a_session_that_lost_the_prepared_insert_is_replaced_with_no_error(pg_ur
         kept.dbapi_connection.execute("DEALLOCATE ALL")
         assert [e.position for e in store.append("s", [noted(2)])] == [2]
         assert [e.version for e in store.read_stream("s")] == [1, 2]
-
-
-_CHILD = """
-import sys
-from tests.store.helpers import noted
-from trm_store import open_store
-store = open_store(sys.argv[1], projections={})
-store.append("s", [noted(1)])  # its statements prepared
-print("ready", flush=True)
-sys.stdin.readline()
-store.append("s", [noted(2)])
-print("written", flush=True)
-"""
-
-
-def test_a_writer_killed_while_it_waits_for_the_lock_writes_nothing(pg_url: str) -> None:
-    """SIGKILL of a writer process whose append waits for the lock (held here), in one query
-    with its `COMMIT`: its backend sees the client's socket closed within `CLIENT_CHECK_MS` and
-    ends the query, before the lock is free (without that check, it was written once the lock
-    came free, after its process had died: review, twenty-third session)."""
-    holder = psycopg.connect(_libpq(pg_url))
-    child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, pg_url],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None and child.stdin is not None
-        assert child.stdout.readline() == "ready\n"
-        _hold_the_append_lock(holder)
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        assert _wait_for(pg_url, "wait_event_type = 'Lock'")
-        child.kill()
-        child.wait(10)
-        started = time.monotonic()
-        assert _wait_for(pg_url, "wait_event_type = 'Lock'", present=False)
-        assert time.monotonic() - started < 1.0  # seen within ~CLIENT_CHECK_MS
-        holder.rollback()  # the lock is free: nothing is waiting for it
-        time.sleep(0.5)
-        with open_store(pg_url, projections={}) as store:
-            assert [e.data["amount"] for e in store.read_all()] == [1]
-            assert [e.version for e in store.append("s", [noted(3)])] == [2]
-    finally:
-        child.kill()
-        holder.close()
-
-
-def test_a_writer_stopped_once_its_append_left_holds_no_one_up(pg_url: str) -> None:
-    """A writer process stopped (SIGSTOP: swapped out, a debugger, a partitioned network) while
-    its append waits for the lock: the server ends its transaction without it, so the lock is
-    free for the next writer (in two queries, its backend held the lock waiting for the stopped
-    client's insert, and every other writer waited with it)."""
-    holder = psycopg.connect(_libpq(pg_url))
-    child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, pg_url],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None and child.stdin is not None
-        assert child.stdout.readline() == "ready\n"
-        _hold_the_append_lock(holder)
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        assert _wait_for(pg_url, "wait_event_type = 'Lock'")
-        child.send_signal(signal.SIGSTOP)
-        holder.rollback()
-        written: list[int] = []
-
-        def next_writer() -> None:  # the store opened here too: opening takes the lock
-            with open_store(pg_url, projections={}) as store:
-                written.extend(e.position for e in store.append("other", [noted(3)]))
-
-        other = threading.Thread(target=next_writer, daemon=True)
-        other.start()
-        other.join(10)
-        assert written == [3], "the next writer waited for the stopped one"
-        with open_store(pg_url, projections={}) as store:
-            assert [e.data["amount"] for e in store.read_all()] == [1, 2, 3]
-    finally:
-        child.send_signal(signal.SIGCONT)
-        child.kill()
-        child.wait(10)
-        holder.close()
-
-
-def test_an_append_interrupted_while_it_waits_for_the_lock_is_never_written(
-    pg_url: str,
-) -> None:
-    """An exception raised by a signal handler in the thread that waits for the lock (a
-    timeout): the caller is told, and the append never lands afterwards."""
-
-    def interrupt(_signal: int, _frame: object) -> None:
-        raise TimeoutError("gave up waiting")
-
-    holder = psycopg.connect(_libpq(pg_url))
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    try:
-        with open_store(pg_url, projections={}) as store:
-            store.append("s", [noted(1)])
-            _hold_the_append_lock(holder)
-            signal.setitimer(signal.ITIMER_REAL, 0.5)
-            with pytest.raises(TimeoutError):
-                store.append("s", [noted(2)])
-            holder.rollback()
-            time.sleep(0.5)
-            assert [e.data["amount"] for e in store.read_all()] == [1]
-            assert [e.version for e in store.append("s", [noted(3)])] == [2]
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        holder.close()
 
 
 def test_an_interrupt_once_the_insert_left_says_the_append_may_have_been_written(
@@ -273,7 +153,7 @@ def test_a_connection_lost_once_the_insert_left_is_the_callers_error_and_keeps_n
     secret = "do-not-echo-" + "q" * 64
     with open_store(pg_url, projections={}) as store:
         store.append("s", [noted(1)])
-        _admin(
+        admin(
             pg_url,
             "CREATE FUNCTION slow_insert() RETURNS trigger LANGUAGE plpgsql AS"
             " $$ BEGIN PERFORM pg_sleep(30); RETURN NEW; END $$;"
@@ -290,8 +170,8 @@ def test_a_connection_lost_once_the_insert_left_is_the_callers_error_and_keeps_n
 
         waiting = threading.Thread(target=append)
         waiting.start()
-        assert _wait_for(pg_url, "query LIKE '%EXECUTE trm_append_rows(%' AND state = 'active'")
-        _admin(
+        assert wait_for(pg_url, "query LIKE '%EXECUTE trm_append_rows(%' AND state = 'active'")
+        admin(
             pg_url,
             "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
             " WHERE query LIKE '%EXECUTE trm_append_rows(%' AND state = 'active'"
@@ -321,35 +201,3 @@ def _interrupt_after_the_insert(store: object) -> None:
             raise TimeoutError("a signal handler's, once the COMMIT had left")
 
     event.listen(store._backend.engine, "after_cursor_execute", interrupt)  # type: ignore[attr-defined]
-
-
-def _libpq(url: str) -> str:
-    return normalise_url(url).replace("postgresql+psycopg", "postgresql")
-
-
-def _admin(url: str, sql: str) -> list[tuple[object, ...]]:
-    """Run `sql` on a connection of its own, in the test's schema; its rows, if any."""
-    with psycopg.connect(_libpq(url), autocommit=True) as admin:
-        cursor = admin.execute(sql)
-        return cursor.fetchall() if cursor.description is not None else []
-
-
-def _hold_the_append_lock(holder: psycopg.Connection[object]) -> None:
-    holder.execute(
-        "SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (APPEND_LOCK_NAMESPACE,)
-    )
-
-
-def _wait_for(url: str, condition: str, *, present: bool = True) -> bool:
-    """Whether, within 10 s, a backend other than this query's own meets `condition` (none
-    does, when not `present`)."""
-    for _ in range(500):
-        found = _admin(
-            url,
-            "SELECT 1 FROM pg_stat_activity"
-            f" WHERE pid <> pg_backend_pid() AND datname = current_database() AND {condition}",
-        )
-        if bool(found) == present:
-            return True
-        time.sleep(0.02)
-    return False
