@@ -30,8 +30,8 @@ Equal work and durability on both sides:
 - PostgreSQL: the server's settings (`synchronous_commit` on) for both, each in a fresh schema
   of database `test` (dropped after);
 - trm's store is opened as users open it: `open_store`, every domain projection registered (none
-  takes `bench.appended`, so on PostgreSQL trm's appends are numbered by the database in two
-  round trips, `trm_store.postgres_append`).
+  takes `bench.appended`, so on PostgreSQL trm's appends are numbered by the database, each in
+  one query on a writer connection used within the last second, `trm_store.postgres_append`).
 
 Rounds alternate the sides (which goes first alternates too) and the median is kept; each line
 also gives the lowest and highest ratio of a round against the peer's round next to it, which

@@ -2,12 +2,18 @@
 (`trm_store.postgres_writers`): opened through the pool and detached from it, kept only when
 clean, closed by `close`, and let go in a forked child, whose parent still uses them.
 
-In the child, each of the parent's writer sockets (idle or in a transaction) is replaced by
+In the child, the socket of every connection the parent's engine opened (a writer's, idle or in
+a transaction, or a reader's in the pool, which the writers may take later) is replaced by
 `/dev/null` under the same descriptor, unclosed at the protocol level: the child cannot talk on
 it (two processes on one connection corrupt it), and does not keep it open. A socket the child
 kept open would outlive the parent: the server, which watches for a closed socket to end the
 query of a writer that died while it waited for the lock (`trm_store.postgres_warm`), would see
-none, and commit a dead writer's append (review, twenty-seventh session)."""
+none, and commit a dead writer's append (review, twenty-seventh session). Connections are
+counted from the engine's first `connect` listener; a fork from another thread inside psycopg's
+own connect, before that listener runs, leaves that one socket open in the child.
+
+The child forgets the parent's connections at its first use of the writers too, should a fork
+hook of the application's, registered before trm's, write before trm's hook has run."""
 
 from __future__ import annotations
 
@@ -19,8 +25,8 @@ from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from sqlalchemy import Connection, Engine
-from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy import Connection, Engine, event
+from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
 from trm_store.postgres_connection import close_now, driver_connection
 from trm_store.postgres_warm import used, watch_client
@@ -43,11 +49,21 @@ class KeptConnections:
         self._idle: list[PoolProxiedConnection] = []
         self._closes = 0
         """How many times `close` ran: a connection opened before the last one is not kept."""
-        self._opened: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
-        """Every connection opened here and not yet garbage: the ones a forked child lets go."""
+        self._pid = os.getpid()
+        self._opened: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = (
+            weakref.WeakKeyDictionary()
+        )
+        """Every connection the engine opened and not yet garbage, and the process that opened
+        it: the ones a forked child lets go."""
+        event.listen(engine, "connect", self._count, insert=True)
+
+    def _count(self, dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+        self._opened[dbapi_connection] = os.getpid()
 
     def take(self) -> PoolProxiedConnection | None:
         """The connection put back last, if any (the one most likely still warm)."""
+        if self._pid != os.getpid():  # a fork hook wrote before trm's ran
+            self.forget_after_fork()
         with self._lock:
             return self._idle.pop() if self._idle else None
 
@@ -59,7 +75,6 @@ class KeptConnections:
         connection = conn.connection
         connection.detach()
         connection.info[_OPENED_AFTER] = self._closes
-        self._opened.add(driver_connection(connection))
         try:
             watch_client(connection, driver_connection(connection))
         except BaseException:
@@ -74,17 +89,21 @@ class KeptConnections:
         the driver's connection itself. Not through SQLAlchemy: an invalidated detached
         connection is forgotten unclosed (its session, and any lock, would live until the
         garbage collector ran), and one whose reset fails is left open."""
-        clean = (
-            not conn.invalidated
-            and not raw.closed
-            and raw.info.transaction_status == TransactionStatus.IDLE
-        )
-        with self._lock:
-            if clean and connection.info[_OPENED_AFTER] == self._closes:
-                used(connection)
-                self._idle.append(connection)
-                return
-        close_now(raw)
+        kept = False
+        try:
+            clean = (
+                not conn.invalidated
+                and not raw.closed
+                and raw.info.transaction_status == TransactionStatus.IDLE
+            )
+            with self._lock:
+                if clean and connection.info[_OPENED_AFTER] == self._closes:
+                    used(connection)
+                    self._idle.append(connection)
+                    kept = True
+        finally:  # an interrupt here must not leak it
+            if not kept:
+                close_now(raw)
 
     def close(self) -> None:
         """Close the idle connections now; one in use is closed when put back."""
@@ -97,15 +116,19 @@ class KeptConnections:
     def forget_after_fork(self) -> None:
         """In a forked child: none of the parent's connections, their sockets let go, a fresh
         lock, and a new pool for the engine (`Engine.dispose(close=False)`, as SQLAlchemy
-        advises for a child)."""
+        advises for a child). Once per process."""
+        here = os.getpid()
+        if self._pid == here:
+            return
+        self._pid = here
         _inherited.extend(self._idle)
         self._idle = []
         self._lock = threading.Lock()
         nothing = os.open(os.devnull, os.O_RDWR)
         try:
-            for raw in list(self._opened):
+            for raw, opener in list(self._opened.items()):
                 with suppress(Exception):  # a closed one has no descriptor left
-                    if not raw.closed:
+                    if opener != here and not raw.closed:
                         os.dup2(nothing, raw.fileno(), inheritable=False)
         finally:
             os.close(nothing)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy.exc import DBAPIError
 
-__all__ = ["LAST_QUERY_HIDDEN", "final", "hide_or_note", "sent"]
+__all__ = ["LAST_QUERY_HIDDEN", "MAY_HAVE_COMMITTED", "final", "hide_or_note", "sent"]
 
 LAST_QUERY_HIDDEN = (
     "-- the query carrying a transaction's COMMIT (PostgresWriters.committed): its text is not kept"

@@ -56,9 +56,14 @@ def watch_client(connection: PoolProxiedConnection, raw: psycopg.Connection[Any]
     connection.info[_WATCHED] = True
 
 
+_CLOCK = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
+"""Linux's monotonic clock that counts a suspend too: a connection used just before a laptop
+slept is not warm when it wakes."""
+
+
 def used(connection: PoolProxiedConnection) -> None:
     """Note that a transaction on `connection` just ended well."""
-    connection.info[_USED_AT] = time.monotonic()
+    connection.info[_USED_AT] = time.clock_gettime(_CLOCK)
 
 
 def warm(connection: PoolProxiedConnection, raw: psycopg.Connection[Any], *, fresh: bool) -> bool:
@@ -69,7 +74,7 @@ def warm(connection: PoolProxiedConnection, raw: psycopg.Connection[Any], *, fre
         return False
     if fresh:
         return True
-    if time.monotonic() - connection.info.get(_USED_AT, float("-inf")) > WARM_FOR:
+    if time.clock_gettime(_CLOCK) - connection.info.get(_USED_AT, float("-inf")) > WARM_FOR:
         return False
     try:
         watched = select.poll()  # not select.select: a descriptor may be past 1023

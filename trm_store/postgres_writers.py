@@ -46,7 +46,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from trm_store.errors import StoreError
 from trm_store.postgres_connection import close_now, driver_connection, last_rows
 from trm_store.postgres_kept import KeptConnections
-from trm_store.postgres_outcome import final, hide_or_note, sent
+from trm_store.postgres_outcome import MAY_HAVE_COMMITTED, final, hide_or_note, sent
 from trm_store.postgres_prepared import (
     NO_SUCH_PREPARED_STATEMENT,
     Prepared,
@@ -137,6 +137,10 @@ class PostgresWriters:
             if not sent(e) or e.connection_invalidated or final(e):
                 raise
             return None  # the whole query's error: it rolled back
+        except BaseException as e:  # an interrupt, wherever it landed: it may be after the COMMIT
+            if MAY_HAVE_COMMITTED not in getattr(e, "__notes__", ()):
+                e.add_note(MAY_HAVE_COMMITTED)
+            raise
 
     def _then(
         self,

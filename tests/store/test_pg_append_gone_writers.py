@@ -27,7 +27,7 @@ from tests.store.pg_lock_helpers import (
     wait_for,
 )
 from tests.store.round_trip_proxy import round_trip_proxy
-from trm_store import StoreError, open_store, postgres_warm
+from trm_store import StoreError, open_store, postgres_kept, postgres_warm
 
 pytestmark = pytest.mark.postgres
 
@@ -61,6 +61,20 @@ def _writer_waiting_for_the_lock(
         holder.close()
 
 
+def _lock_waiters(pg_url: str) -> list[object]:
+    """The backends waiting for a lock. (Not `wait_for(..., present=False)` on the wait: the
+    server's client check wakes a waiter every `CLIENT_CHECK_MS`, out of its lock wait for a
+    moment: review.)"""
+    return [
+        pid
+        for (pid,) in admin(
+            pg_url,
+            "SELECT pid FROM pg_stat_activity"
+            " WHERE wait_event_type = 'Lock' AND datname = current_database()",
+        )
+    ]
+
+
 def _amounts(pg_url: str) -> list[int]:
     with open_store(pg_url, projections={}) as store:
         return [e.data["amount"] for e in store.read_all()]
@@ -72,10 +86,11 @@ def test_a_writer_killed_while_it_waits_for_the_lock_writes_nothing(pg_url: str)
     query before the lock is free (without that check, it was written once the lock came free,
     after its process had died: review, twenty-third session)."""
     with _writer_waiting_for_the_lock(pg_url) as (child, holder, _):
+        [waiting] = _lock_waiters(pg_url)
         child.kill()
         child.wait(10)
         started = time.monotonic()
-        assert wait_for(pg_url, "wait_event_type = 'Lock'", present=False)
+        assert wait_for(pg_url, f"pid = {waiting}", present=False)
         assert time.monotonic() - started < 1.0  # seen within ~CLIENT_CHECK_MS
         holder.rollback()  # the lock is free: nothing waits for it
         time.sleep(0.2)
@@ -105,15 +120,58 @@ def test_a_writer_killed_after_forking_a_worker_writes_nothing_after_its_death(
     descriptors), so the parent's death closes them: before, the worker kept them open, the
     server saw no closed socket, and the dead writer's append was written once the lock came
     free (review, twenty-seventh session)."""
-    with _writer_waiting_for_the_lock(pg_url, _FORKING_CHILD) as (child, holder, words):
+    _killed_after_forking(pg_url, _FORKING_CHILD, [1])
+
+
+_FORKING_WITH_A_READER_IN_THE_POOL = """
+import os, sys, threading, time
+from tests.store.helpers import noted
+from trm_store import open_store
+store = open_store(sys.argv[1], projections={})
+store.append("s", [noted(1)])
+list(store.read_all())  # a reader's connection idle in the pool at the fork
+pid = os.fork()
+if pid == 0:
+    time.sleep(30)
+    os._exit(0)
+inside = threading.Event()
+def hold():
+    with store.write_transaction():
+        inside.set()
+        time.sleep(0.3)
+holder = threading.Thread(target=hold)
+holder.start()
+inside.wait()
+store.append("s", [noted(2)])  # a second writer connection: the reader's, from the pool
+holder.join()
+print("ready", pid, flush=True)
+sys.stdin.readline()
+store.append("s", [noted(3)])
+"""
+
+
+def test_a_writer_killed_after_forking_writes_nothing_on_a_connection_taken_from_the_pool(
+    pg_url: str,
+) -> None:
+    """The writers take new connections from the engine's pool: a reader's connection idle at
+    the fork, which the worker kept open, became a writer's, and its killed writer's append was
+    written (review, twenty-seventh session). The worker lets every connection of the engine go."""
+    _killed_after_forking(pg_url, _FORKING_WITH_A_READER_IN_THE_POOL, [1, 2])
+
+
+def _killed_after_forking(pg_url: str, script: str, written: list[int]) -> None:
+    """SIGKILL of `script`'s writer, which forked a worker, while its append waits for the lock:
+    its backend is gone, and only `written` is in the log."""
+    with _writer_waiting_for_the_lock(pg_url, script) as (child, holder, words):
         worker = int(words[0])
         try:
+            [waiting] = _lock_waiters(pg_url)
             child.kill()
             child.wait(10)
-            assert wait_for(pg_url, "wait_event_type = 'Lock'", present=False)
+            assert wait_for(pg_url, f"pid = {waiting}", present=False)
             holder.rollback()
             time.sleep(0.2)
-            assert _amounts(pg_url) == [1]
+            assert _amounts(pg_url) == written
         finally:
             os.kill(worker, signal.SIGKILL)
 
@@ -165,6 +223,33 @@ def test_an_append_interrupted_while_it_waits_for_the_lock_is_never_written(
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         holder.close()
+
+
+def test_an_interrupt_once_the_answer_came_says_the_append_may_have_been_written(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception from a signal handler after the whole query answered (here, as the
+    connection is put back): the append was written, and the caller is told it may have been
+    (it got a bare exception, and the connection leaked: review, twenty-seventh session)."""
+
+    def interrupted(_connection: object) -> None:
+        raise TimeoutError("a signal handler's")
+
+    with open_store(pg_url, projections={}) as store:
+        store.append("s", [noted(1)])
+        monkeypatch.setattr(postgres_kept, "used", interrupted)
+        with pytest.raises(TimeoutError) as raised:
+            store.append("s", [noted(2)])
+        assert any("may have been written" in note for note in raised.value.__notes__)
+        monkeypatch.undo()
+        assert [e.data["amount"] for e in store.read_all()] == [1, 2]
+        assert store._backend._writers._kept._idle == []  # type: ignore[attr-defined]
+    leaked = admin(
+        pg_url,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND pid <> pg_backend_pid() AND query LIKE '%trm_append_rows(%'",
+    )
+    assert leaked == [(0,)]
 
 
 def test_writer_sockets_past_descriptor_1023_still_append(pg_url: str) -> None:
