@@ -130,15 +130,17 @@ class PostgresWriters:
         no copy of `last`'s text (it holds every value sent).
         """
         then = (f"{last}; COMMIT", params)
+        answered = False
         try:
             with self._connection(first, None, prepare, then) as (conn, connection, raw, rows, sql):
+                answered = True
                 return self._then(conn, connection, raw, rows, sql)
         except DBAPIError as e:
             if not sent(e) or e.connection_invalidated or final(e):
                 raise
             return None  # the whole query's error: it rolled back
-        except BaseException as e:  # an interrupt, wherever it landed: it may be after the COMMIT
-            if MAY_HAVE_COMMITTED not in getattr(e, "__notes__", ()):
+        except BaseException as e:  # an interrupt once the first query answered (the whole one?)
+            if answered and MAY_HAVE_COMMITTED not in getattr(e, "__notes__", ()):
                 e.add_note(MAY_HAVE_COMMITTED)
             raise
 

@@ -197,11 +197,17 @@ def test_a_writer_stopped_once_its_append_left_holds_no_one_up(pg_url: str) -> N
         assert _amounts(pg_url) == [1, 2, 3]
 
 
+@pytest.mark.parametrize(
+    ("warm_for", "noted_maybe"), [(1.0, True), (-1.0, False)], ids=["one query", "two queries"]
+)
 def test_an_append_interrupted_while_it_waits_for_the_lock_is_never_written(
-    pg_url: str,
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, warm_for: float, noted_maybe: bool
 ) -> None:
     """An exception raised by a signal handler in the thread that waits for the lock (a
-    timeout): the query is cancelled, the caller is told, and the append never lands."""
+    timeout): the query is cancelled, the caller is told, and the append never lands. In one
+    query the `COMMIT` had left, so the exception says the append may have been written; in
+    two it had not, and it says nothing of the kind."""
+    monkeypatch.setattr(postgres_warm, "WARM_FOR", warm_for)
 
     def interrupt(_signal: int, _frame: object) -> None:
         raise TimeoutError("gave up waiting")
@@ -213,8 +219,10 @@ def test_an_append_interrupted_while_it_waits_for_the_lock_is_never_written(
             store.append("s", [noted(1)])
             hold_the_append_lock(holder)
             signal.setitimer(signal.ITIMER_REAL, 0.5)
-            with pytest.raises(TimeoutError):
+            with pytest.raises(TimeoutError) as raised:
                 store.append("s", [noted(2)])
+            notes = getattr(raised.value, "__notes__", [])
+            assert any("may have been written" in note for note in notes) == noted_maybe
             holder.rollback()
             time.sleep(0.2)
             assert [e.data["amount"] for e in store.read_all()] == [1]
