@@ -138,7 +138,7 @@ class PostgresWriters:
         except DBAPIError as e:
             if not sent(e) or e.connection_invalidated or final(e):
                 raise
-            return None  # the whole query's error: it rolled back
+            return None  # the server's error for the query with the COMMIT: it rolled back
         except BaseException as e:  # an interrupt once the first query answered (the whole one?)
             if answered and MAY_HAVE_COMMITTED not in getattr(e, "__notes__", ()):
                 e.add_note(MAY_HAVE_COMMITTED)
@@ -151,16 +151,15 @@ class PostgresWriters:
         raw: psycopg.Connection[Any],
         rows: Sequence[Sequence[Any]],
         sql: str,
-    ) -> Sequence[Sequence[Any]] | None:
-        """`committed`'s second query, `sql`, unless the first carried it ("")."""
+    ) -> Sequence[Sequence[Any]]:
+        """`committed`'s second query, `sql`, unless the first carried it (""); its error is
+        marked sent (`hide_or_note`) for `committed` to read, the transaction rolled back."""
         if sql:
             try:
                 rows = last_rows(conn, raw, sql)
             except BaseException as e:
                 hide_or_note(e)
                 _roll_back(conn, connection)
-                if isinstance(e, DBAPIError) and not (e.connection_invalidated or final(e)):
-                    return None
                 raise
         conn.commit()  # nothing to send: SQLAlchemy's transaction ends with the server's
         return rows
