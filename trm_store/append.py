@@ -150,9 +150,10 @@ class Appender:
         refused it (and wrote none of it). Numbered by the database when it can, and
         `server_numbered`."""
         try:
-            written = self._server_numbered(appends) if server_numbered else None
-            if written is not None:
-                return written
+            if server_numbered and self._backend.append_server_numbered is not None:
+                written = self._server_numbered(appends)
+                if written is not None:
+                    return written
             with self._backend.append_transaction(appends[0][0].stream_id) as started:
                 return self._write_locked(*started, appends)
         except SQLAlchemyError as e:

@@ -31,10 +31,10 @@ HEADS_PREPARABLE = _HEADS.format(stream="$1")
 """The statement with PostgreSQL's positional parameter, for a `PREPARE ... (text) AS`."""
 
 
-CheckpointRow = tuple[str, int, int]
-"""A projection's row as an append reads it: name, version, and the checkpoint as stored (it
-may be `trm_store.schema.FOLLOWING`). A plain tuple, sliced from the row: it is read in every
-append."""
+CheckpointRow = Sequence[Any]
+"""A projection's row as an append reads it, the statement's row as it came: the two heads,
+then the projection's name, version, and checkpoint as stored (it may be
+`trm_store.schema.FOLLOWING`). Not sliced: it is read in every append."""
 
 
 class AppendHeads(NamedTuple):
@@ -43,13 +43,14 @@ class AppendHeads(NamedTuple):
 
     log_head: int
     stream_version: int
-    checkpoints: list[CheckpointRow]
+    checkpoints: Sequence[CheckpointRow]
 
 
 def append_heads(rows: Sequence[Sequence[Any]]) -> AppendHeads:
     """The statement's rows (`HEADS`) as AppendHeads."""
-    checkpoints = [tuple(row[2:]) for row in rows if row[2] is not None]
-    return AppendHeads(int(rows[0][0]), int(rows[0][1]), checkpoints)
+    first = rows[0]
+    checkpoints = rows if first[2] is not None else ()  # one row of NULLs: no projection
+    return AppendHeads(int(first[0]), int(first[1]), checkpoints)
 
 
 def heads(conn: Connection, stream_id: str) -> AppendHeads:

@@ -1,8 +1,9 @@
 """Group commit: appends that threads of one process make to one store at once are written
 together, in one transaction.
 
-Each append queues here, then waits until it is decided or no one is writing. A thread that finds
-no one writing takes every queued append, its own and those queued while the last write ran, and
+An append that finds no one writing or waiting is written at once, alone. Any other queues
+here, then waits until it is decided or no one is writing. A thread that finds no one writing
+takes every queued append, its own and those queued while the last write ran, and
 writes them in one transaction (`Appender.write_group`): one BEGIN, one heads read, one INSERT,
 one projection step and one COMMIT (one fsync at `durability="full"`) for all of them, where each
 would have paid its own. When it is done it wakes every waiting thread at once: those whose
@@ -125,15 +126,20 @@ class AppendQueue:
         return mine.written.events()  # built here, by its caller: `trm_store.written`
 
     def _queue_and_write(self, mine: QueuedAppend) -> None:
-        """Queue `mine` and wait until it is decided or no one is writing; in that case write
-        every queued append, `mine` among them."""
+        """Write `mine` at once when no one is writing or waiting; else queue it and wait
+        until it is decided or no one is writing, and in that case write every queued append,
+        `mine` among them."""
         lock = self._lock
         group: list[QueuedAppend] = []
         writing = False
         try:
             with lock:
-                self._queued.append(mine)
-            while True:
+                if not (self._writing or self._queued):  # the usual: alone, written at once
+                    group = [mine]
+                    writing = self._writing = True  # no check for interrupts between
+                else:
+                    self._queued.append(mine)
+            while not writing:
                 with lock:
                     if mine.decided:
                         return

@@ -86,7 +86,13 @@ class AppendPreparer:
                 for new, normal, fresh_id in zip(events, normals, fresh, strict=True)
             ]
             return PreparedAppend.of(stream_id, expected_version, prepared, ids_given)
-        # One event (most appends), or each validated alone.
+        if len(events) == 1:  # most appends
+            (new,) = events
+            prepared_event = self.event(new, stream_id)
+            return PreparedAppend.of(
+                stream_id, expected_version, [prepared_event], new.event_id is not None
+            )
+        # Each validated alone.
         prepared = [self.event(new, stream_id) for new in events]
         ids_given = any(new.event_id is not None for new in events)
         return PreparedAppend.of(stream_id, expected_version, prepared, ids_given)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 __all__ = ["PreparedAppend", "PreparedEvent"]
@@ -59,17 +60,21 @@ class PreparedAppend:
         events: Sequence[PreparedEvent],
         ids_given: bool,
     ) -> PreparedAppend:
-        """The append of `events`, each validated alone."""
+        """The append of `events`, each validated alone: their fields transposed into columns
+        in C, where a comprehension a field ran seven Python frames an append."""
+        ids, types, versions, datas, data_jsons, metas, meta_jsons = map(
+            list, zip(*map(_EVENT_FIELDS, events), strict=True)
+        )
         return cls(
             stream_id,
             expected_version,
-            [event.event_id for event in events],
-            [event.type for event in events],
-            [event.schema_version for event in events],
-            [event.data for event in events],
-            [event.data_json for event in events],
-            [event.meta for event in events],
-            [event.meta_json for event in events],
+            ids,
+            types,
+            versions,
+            datas,
+            data_jsons,
+            metas,
+            meta_jsons,
             ids_given,
         )
 
@@ -89,3 +94,9 @@ class PreparedAppend:
     def events(self) -> list[PreparedEvent]:
         """The events one by one: for what only a failed append looks at (a retry's check)."""
         return [PreparedEvent(*fields) for fields in self.columns()]
+
+
+_EVENT_FIELDS = attrgetter(
+    "event_id", "type", "schema_version", "data", "data_json", "meta", "meta_json"
+)
+"""A `PreparedEvent`'s fields in `PreparedAppend`'s column order."""

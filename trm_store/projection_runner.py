@@ -62,7 +62,7 @@ class ProjectionSet:
         Every append but the first after such a change writes no row."""
         following: set[str] = set()
         changed: list[dict[str, int | str]] = []
-        for name, version, checkpoint in rows:
+        for _head, _version, name, version, checkpoint in rows:
             ours = self.versions.get(name) == version
             if checkpoint == FOLLOWING:
                 if ours:
