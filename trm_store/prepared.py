@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import Any
 
@@ -96,7 +96,6 @@ class PreparedAppend:
         return [PreparedEvent(*fields) for fields in self.columns()]
 
 
-_EVENT_FIELDS = attrgetter(
-    "event_id", "type", "schema_version", "data", "data_json", "meta", "meta_json"
-)
-"""A `PreparedEvent`'s fields in `PreparedAppend`'s column order."""
+_EVENT_FIELDS = attrgetter(*(field.name for field in fields(PreparedEvent)))
+"""A `PreparedEvent`'s fields, in its order: `PreparedAppend`'s columns, as `columns` gives them
+back (tests/store/test_prepared_append.py checks each column against its field by name)."""

@@ -16,6 +16,7 @@ from trm_store import (
     Store,
     open_store,
 )
+from trm_store.prepared import PreparedAppend
 
 
 def test_prepared_events_are_written_as_append_writes_them(store: Store) -> None:
@@ -104,3 +105,27 @@ def test_a_read_only_store_prepares_but_refuses_to_append(store_url: str) -> Non
         with pytest.raises(ReadOnlyStoreError):
             reader.append_prepared("s-1", [prepared])
         assert reader.head_position() == 0
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_an_append_holds_each_events_fields_in_the_column_of_that_name(
+    store: Store, count: int
+) -> None:
+    """`PreparedAppend.of` transposes events into columns by position: each column must hold the
+    field it is named after, and `events()` give back the events themselves."""
+    events = [
+        store.prepare(NewEvent("test.added" if k % 2 else "test.noted", {"amount": k}, {"k": k}))
+        for k in range(count)
+    ]
+    append = PreparedAppend.of("s", None, events, ids_given=True)
+    for column, field in [
+        ("event_ids", "event_id"),
+        ("types", "type"),
+        ("schema_versions", "schema_version"),
+        ("datas", "data"),
+        ("data_jsons", "data_json"),
+        ("metas", "meta"),
+        ("meta_jsons", "meta_json"),
+    ]:
+        assert getattr(append, column) == [getattr(e, field) for e in events], column
+    assert append.events() == events
