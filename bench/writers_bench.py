@@ -1,21 +1,21 @@
 """writers_bench: concurrent writers through trm and through eventsourcing's reference recorder.
 
 The reference is the peer's own: `eventsourcing`'s `SQLiteApplicationRecorder` and
-`PostgresApplicationRecorder` (a bench extra, never a runtime dependency), driven with the
-workload of its `test_concurrent_throughput` (eventsourcing/tests/persistence.py): 4 workers,
-each job one insert of 50 events into a stream of its own (a fresh originator id), after a
-warm-up of one job per worker. Here the jobs run from 4 threads sharing one store/recorder, and
-from 4 processes each opening its own; each round is 40 jobs (2,000 events) a side instead of
-the peer's 10, so a round is not 3 jobs on one worker and 2 on the others. A third shape is that
-of its `test_concurrent_no_conflicts` (10 threads, 100 writes of 100 events: 10,000 events),
-and single-event appends on PostgreSQL are timed as its `test_performance` times them (one event
-into a fresh stream per insert, sequentially). The 4-worker shapes run again in rounds of 200
-jobs (10,000 events), writers that keep going: a 40-job round lasts 30-70 ms here, and one slow
-job at its end weighs on it. eventsourcing's SQLite processes wait for the write lock in SQLite's
-busy handler, which sleeps 1 to 100 ms between tries: their jobs took 0.7-2.5 ms at the median
-and up to 80 ms, trm's (queued in turn on the writer lock) 3.1-3.9 ms and at most 6.8 ms, so
-40-job rounds favour trm and 200-job rounds measure throughput alone (bench/README, "Twenty-fifth
-session").
+`PostgresApplicationRecorder` (a bench extra, never a runtime dependency), driven with the workload
+of its `test_concurrent_throughput` (eventsourcing/tests/persistence.py): 4 workers, each job one
+insert of 50 events into a stream of its own (a fresh originator id), after a warm-up of one job per
+worker. Here the jobs run from 4 threads sharing one store/recorder, and from 4 processes each
+opening its own; each round is 40 jobs (2,000 events) a side instead of the peer's 10, so a round is
+not 3 jobs on one worker and 2 on the others. A third shape is that of its
+`test_concurrent_no_conflicts` (10 threads, 100 writes of 100 events: 10,000 events), and
+single-event appends are timed as its `test_performance` times them (one event into a fresh stream
+per insert, sequentially), on PostgreSQL (the issue's figure) and on SQLite at `full`. The 4-worker
+shapes run again in rounds of 200 jobs (10,000 events), writers that keep going: a 40-job round
+lasts 30-70 ms here, and one slow job at its end weighs on it. eventsourcing's SQLite processes wait
+for the write lock in SQLite's busy handler, which sleeps 1 to 100 ms between tries: their jobs took
+0.7-2.5 ms at the median and up to 80 ms, trm's (queued in turn on the writer lock) 3.1-3.9 ms and
+at most 6.8 ms, so 40-job rounds favour trm and 200-job rounds measure throughput alone
+(bench/README, "Twenty-fifth session").
 
 Equal work and durability on both sides:
 - the same payload: trm appends `bench.appended` events (store_bench's prediction-shaped
@@ -364,6 +364,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             with sqlite_urls(workdir) as urls:
                 got = concurrent(urls, load, rounds)
             say(line(f"SQLite full, {load.name}", got, "ev/s", True))
+        with sqlite_urls(workdir) as urls:
+            got = singles(urls, 25 if args.quick else 100, rounds)
+        say(line("SQLite full, 1 event per append (latency)", got, "us", False))
         with pg_urls() as urls:
             if urls is None:
                 say("PostgreSQL: unreachable, its figures are missing")
