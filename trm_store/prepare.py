@@ -214,6 +214,7 @@ def prepared_append(
         raise EventValidationError(
             f"stream {stream_id!r}: events must be a non-empty list of PreparedEvent"
         )
+    events = list(events)  # what is checked is what is written, whatever the sequence does
     for event in events:
         if not isinstance(event, PreparedEvent):
             raise EventValidationError(

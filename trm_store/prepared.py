@@ -93,7 +93,7 @@ class PreparedAppend:
 
     def events(self) -> list[PreparedEvent]:
         """The events one by one: for what only a failed append looks at (a retry's check)."""
-        return [PreparedEvent(*fields) for fields in self.columns()]
+        return [PreparedEvent(*event) for event in self.columns()]
 
 
 _EVENT_FIELDS = attrgetter(*(field.name for field in fields(PreparedEvent)))

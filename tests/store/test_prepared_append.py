@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -112,7 +114,7 @@ def test_an_append_holds_each_events_fields_in_the_column_of_that_name(
     store: Store, count: int
 ) -> None:
     """`PreparedAppend.of` transposes events into columns by position: each column must hold the
-    field it is named after, and `events()` give back the events themselves."""
+    field it is named after, and `events()` gives back the events themselves."""
     events = [
         store.prepare(NewEvent("test.added" if k % 2 else "test.noted", {"amount": k}, {"k": k}))
         for k in range(count)
@@ -129,3 +131,34 @@ def test_an_append_holds_each_events_fields_in_the_column_of_that_name(
     ]:
         assert getattr(append, column) == [getattr(e, field) for e in events], column
     assert append.events() == events
+
+
+class _Flipping(Sequence[PreparedEvent]):
+    """A sequence that gives `first` when iterated the first time, and `later` after."""
+
+    def __init__(self, first: PreparedEvent, later: PreparedEvent) -> None:
+        self._first, self._later, self._iterated = first, later, False
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: Any) -> Any:
+        if index not in (0, -1):
+            raise IndexError(index)
+        return self._later if self._iterated else self._first
+
+    def __iter__(self) -> Iterator[PreparedEvent]:
+        event = self._later if self._iterated else self._first
+        self._iterated = True
+        yield event
+
+
+def test_append_prepared_writes_the_events_it_checked(store: Store) -> None:
+    """A sequence that changes between the check and the write: what was checked is written.
+    The later event's data no longer matches its JSON, so the caller would be returned events
+    whose data is not what the log holds."""
+    checked = store.prepare(added(1))
+    changed = replace(checked, data={"amount": 99, "note": "not what the JSON says"})
+    recorded = store.append_prepared("s-1", _Flipping(checked, changed))
+    assert [e.data for e in recorded] == [e.data for e in store.read_stream("s-1")]
+    assert recorded[0].data == {"amount": 1, "note": ""}
