@@ -71,6 +71,7 @@ class AppendPreparer:
             raise EventValidationError(
                 f"stream {stream_id!r}: events must be a non-empty list of NewEvent"
             )
+        events = list(events)  # what is validated is what is written, whatever the sequence does
         validated = _validated_together(events)
         if validated is not None:
             schema_version, together = validated

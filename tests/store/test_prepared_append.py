@@ -133,24 +133,25 @@ def test_an_append_holds_each_events_fields_in_the_column_of_that_name(
     assert append.events() == events
 
 
-class _Flipping(Sequence[PreparedEvent]):
+class _Flipping(Sequence[Any]):
     """A sequence that gives `first` when iterated the first time, and `later` after."""
 
-    def __init__(self, first: PreparedEvent, later: PreparedEvent) -> None:
+    def __init__(self, first: list[Any], later: list[Any]) -> None:
         self._first, self._later, self._iterated = first, later, False
 
-    def __len__(self) -> int:
-        return 1
-
-    def __getitem__(self, index: Any) -> Any:
-        if index not in (0, -1):
-            raise IndexError(index)
+    def _now(self) -> list[Any]:
         return self._later if self._iterated else self._first
 
-    def __iter__(self) -> Iterator[PreparedEvent]:
-        event = self._later if self._iterated else self._first
+    def __len__(self) -> int:
+        return len(self._first)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._now()[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        events = self._now()
         self._iterated = True
-        yield event
+        yield from events
 
 
 def test_append_prepared_writes_the_events_it_checked(store: Store) -> None:
@@ -159,6 +160,17 @@ def test_append_prepared_writes_the_events_it_checked(store: Store) -> None:
     whose data is not what the log holds."""
     checked = store.prepare(added(1))
     changed = replace(checked, data={"amount": 99, "note": "not what the JSON says"})
-    recorded = store.append_prepared("s-1", _Flipping(checked, changed))
+    recorded = store.append_prepared("s-1", _Flipping([checked], [changed]))
     assert [e.data for e in recorded] == [e.data for e in store.read_stream("s-1")]
     assert recorded[0].data == {"amount": 1, "note": ""}
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_append_writes_the_events_it_validated(store: Store, count: int) -> None:
+    """The same for `append`: a later pass over the sequence must not bring in events of a type
+    never validated (here one that is not registered at all)."""
+    validated = [added(k) for k in range(count)]
+    later = [NewEvent("test.never_registered", {"anything": k}) for k in range(count)]
+    recorded = store.append("s-1", _Flipping(validated, later))
+    assert [e.type for e in recorded] == ["test.added"] * count
+    assert [e.type for e in store.read_stream("s-1")] == ["test.added"] * count
