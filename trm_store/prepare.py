@@ -47,6 +47,7 @@ def check_items(items: Sequence[AppendItem]) -> Sequence[AppendItem]:
         raise EventValidationError(
             "append_batch takes a non-empty list of (stream_id, events, expected_version)"
         )
+    items = list(items)  # what is checked is what is prepared, whatever the sequence does
     for item in items:
         if not isinstance(item, tuple) or len(item) != 3:
             raise EventValidationError(

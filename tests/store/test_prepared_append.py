@@ -174,3 +174,10 @@ def test_append_writes_the_events_it_validated(store: Store, count: int) -> None
     recorded = store.append("s-1", _Flipping(validated, later))
     assert [e.type for e in recorded] == ["test.added"] * count
     assert [e.type for e in store.read_stream("s-1")] == ["test.added"] * count
+
+
+def test_append_batch_prepares_the_items_it_checked(store: Store) -> None:
+    """And for `append_batch`'s items: a later pass must not bring in an item never checked."""
+    checked = [("s-1", [added(1)], None), ("s-2", [added(2)], None)]
+    recorded = store.append_batch(_Flipping(checked, ["not an item", None]))
+    assert [(e.stream_id, e.data["amount"]) for e in recorded] == [("s-1", 1), ("s-2", 2)]
