@@ -41,6 +41,7 @@ from trm_llm.errors import (
 )
 from trm_llm.limiter import ConcurrencyLimiter, LimitChange, Slot, is_overload_signal
 from trm_llm.protocols import ChatResult, EventSink
+from trm_llm.request_snapshot import snapshot_request
 from trm_llm.retry import GiveUp, RetryPolicy, Sleep, is_transient_error, retry_after_of
 from trm_llm.sanitise import clean_event, clean_usage
 from trm_llm.sse import StreamResult
@@ -132,8 +133,7 @@ class _Call:
         cache_salt: str | None,
     ) -> None:
         self.g = governor
-        self.messages = messages
-        self.params = params
+        self.messages, self.params = snapshot_request(messages, params)  # read once: keyed as sent
         self.call_id = uuid.uuid4().hex
         self.started = time.perf_counter()
         self.attempts: list[_Attempt] = []
