@@ -43,11 +43,12 @@ def origin() -> dict[str, Any]:
 
 def check_items(items: Sequence[AppendItem]) -> Sequence[AppendItem]:
     """Refuse anything but a non-empty list of (stream_id, events, expected_version)."""
-    if not _non_empty_sequence(items, refused=(str, bytes)):
+    listed = _non_empty_list(items, refused=(str, bytes))
+    if listed is None:
         raise EventValidationError(
             "append_batch takes a non-empty list of (stream_id, events, expected_version)"
         )
-    items = list(items)  # what is checked is what is prepared, whatever the sequence does
+    items = listed
     for item in items:
         if not isinstance(item, tuple) or len(item) != 3:
             raise EventValidationError(
@@ -68,11 +69,12 @@ class AppendPreparer:
         """Validate one append item completely, before any database work."""
         stream_id, events, expected_version = item
         _check_target(stream_id, expected_version)
-        if not _non_empty_sequence(events, refused=(NewEvent,)):
+        listed = _non_empty_list(events, refused=(NewEvent,))
+        if listed is None:
             raise EventValidationError(
                 f"stream {stream_id!r}: events must be a non-empty list of NewEvent"
             )
-        events = list(events)  # what is validated is what is written, whatever the sequence does
+        events = listed
         validated = _validated_together(events)
         if validated is not None:
             schema_version, together = validated
@@ -84,7 +86,7 @@ class AppendPreparer:
             ids_given = any(new.event_id is not None for new in events)
             fresh = [None] * len(events) if ids_given else new_event_ids(len(events))
             prepared = [
-                self._validated(new, schema_version, normal, fresh_id)
+                self._validated(new, new.type, schema_version, normal, fresh_id)
                 for new, normal, fresh_id in zip(events, normals, fresh, strict=True)
             ]
             return PreparedAppend.of(stream_id, expected_version, prepared, ids_given)
@@ -138,39 +140,45 @@ class AppendPreparer:
         if not isinstance(new, NewEvent):
             where = "" if stream_id is None else f"stream {stream_id!r}: "
             raise EventValidationError(f"{where}expected NewEvent, got {type(new).__name__}")
-        registered = event_type(new.type)
-        return self._validated(new, registered.schema_version, registered.validate(new.data))
+        type_name = new.type  # read once: the type validated is the type written
+        registered = event_type(type_name)
+        return self._validated(
+            new, type_name, registered.schema_version, registered.validate(new.data)
+        )
 
     def _validated(
         self,
         new: NewEvent,
+        type_name: str,
         schema_version: int,
         data: dict[str, Any],
         fresh_id: str | None = None,
     ) -> PreparedEvent:
-        """The event whose data `data` is validated already (the normal form of `new.data`), its
-        JSON serialised and its meta and id checked; `fresh_id`: the id it gets if it has none
-        (else one is drawn now)."""
+        """The event of type `type_name` whose data `data` is validated already (the normal
+        form of `new.data`), its JSON serialised and its meta and id checked; `fresh_id`: the id
+        it gets if it has none (else one is drawn now). Each field of `new` is read once (a
+        subclass's property could give another value at each read)."""
         try:  # the message names the type: built only on error, this runs for every event
             data_json = dumps_json(data, what="data")
         except EventValidationError as e:
-            raise EventValidationError(f"event {new.type!r} {e}") from None
-        if new.meta is None:  # each event its own meta: a caller may change a recorded one
+            raise EventValidationError(f"event {type_name!r} {e}") from None
+        given_meta, given_id = new.meta, new.event_id
+        if given_meta is None:  # each event its own meta: a caller may change a recorded one
             meta, meta_json = self._origin.copy(), self._origin_json
-        elif isinstance(new.meta, Mapping):
+        elif isinstance(given_meta, Mapping):
             # As the log holds it (a tuple reads back as a list, an int key as a string), and
             # none of the caller's objects: what `append` returns and the projections are given
             # is what a read, and a rebuild, get. Its text is written again from it: int keys
             # were sorted as numbers, as strings they sort as text.
-            meta = loads_json(_meta_json({**self._origin, **new.meta}, new.type))
-            meta_json = dumps_json(meta, what=f"event {new.type!r} meta")
+            meta = loads_json(_meta_json({**self._origin, **given_meta}, type_name))
+            meta_json = dumps_json(meta, what=f"event {type_name!r} meta")
         else:
-            raise EventValidationError(f"event {new.type!r}: meta must be a mapping")
-        if new.event_id is not None:
-            event_id = check_event_id(new.event_id)
+            raise EventValidationError(f"event {type_name!r}: meta must be a mapping")
+        if given_id is not None:
+            event_id = check_event_id(given_id)
         else:
             event_id = new_event_id() if fresh_id is None else fresh_id
-        return PreparedEvent(event_id, new.type, schema_version, data, data_json, meta, meta_json)
+        return PreparedEvent(event_id, type_name, schema_version, data, data_json, meta, meta_json)
 
 
 def _meta_json(meta: dict[str, Any], event_type_name: str) -> str:
@@ -212,11 +220,12 @@ def prepared_append(
     Not validated again, but each is checked to be as `prepare` left it (`_as_prepared`): a
     `PreparedEvent` is a plain mutable object, and the log keeps forever what is written."""
     _check_target(stream_id, expected_version)
-    if not _non_empty_sequence(events):
+    listed = _non_empty_list(events)
+    if listed is None:
         raise EventValidationError(
             f"stream {stream_id!r}: events must be a non-empty list of PreparedEvent"
         )
-    events = list(events)  # what is checked is what is written, whatever the sequence does
+    events = listed
     for event in events:
         if not isinstance(event, PreparedEvent):
             raise EventValidationError(
@@ -269,8 +278,12 @@ def _text(value: object) -> str | None:
     return text_problem(value)
 
 
-def _non_empty_sequence(value: object, refused: tuple[type, ...] = ()) -> bool:
-    """A non-empty sequence that is none of `refused` (a list is recognised first: the usual)."""
+def _non_empty_list(value: object, refused: tuple[type, ...] = ()) -> list[Any] | None:
+    """`value` read once into a list, when it is a sequence that is none of `refused` (a list
+    is recognised first: the usual) and that list is not empty; else None. The caller checks
+    and writes that list: what is checked is what is written, whatever the sequence does on a
+    second pass (or says its length is)."""
     if type(value) is not list and (isinstance(value, refused) or not isinstance(value, Sequence)):
-        return False
-    return bool(value)
+        return None
+    listed = list(value)
+    return listed or None

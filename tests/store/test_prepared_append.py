@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -181,3 +181,44 @@ def test_append_batch_prepares_the_items_it_checked(store: Store) -> None:
     checked = [("s-1", [added(1)], None), ("s-2", [added(2)], None)]
     recorded = store.append_batch(_Flipping(checked, ["not an item", None]))
     assert [(e.stream_id, e.data["amount"]) for e in recorded] == [("s-1", 1), ("s-2", 2)]
+
+
+class _Shifty(NewEvent):
+    """A NewEvent whose type reads as a registered one the first time only."""
+
+    __slots__ = ()
+    reads: ClassVar[dict[int, int]] = {}
+
+    @property  # type: ignore[override]
+    def type(self) -> str:
+        count = _Shifty.reads[id(self)] = _Shifty.reads.get(id(self), 0) + 1
+        return "test.added" if count == 1 else "test.never_registered"
+
+
+def test_an_event_is_written_with_the_type_it_was_validated_as(store: Store) -> None:
+    _Shifty.reads.clear()  # by id: an object of another run may have had the same
+    appended, prepared = _Shifty("test.added", {"amount": 1}), _Shifty("test.added", {"amount": 2})
+    recorded = store.append("s-1", [appended])
+    assert [e.type for e in recorded] == ["test.added"]
+    assert [e.type for e in store.read_stream("s-1")] == ["test.added"]
+    assert store.prepare(prepared).type == "test.added"
+
+
+class _Hollow(Sequence[Any]):
+    """A sequence that says it has one item and gives none."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: Any) -> Any:
+        raise IndexError(index)
+
+
+def test_a_sequence_that_gives_nothing_is_refused_as_empty(store: Store) -> None:
+    with pytest.raises(EventValidationError, match="non-empty list of NewEvent"):
+        store.append("s-1", _Hollow())
+    with pytest.raises(EventValidationError, match="non-empty list of PreparedEvent"):
+        store.append_prepared("s-1", _Hollow())
+    with pytest.raises(EventValidationError, match="non-empty list"):
+        store.append_batch(_Hollow())
+    assert store.head_position() == 0
