@@ -8,7 +8,6 @@ reader of the log.
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import cast
 
 from trm_store.errors import EventValidationError
 from trm_store.log_filter import MAX_TYPES, LogFilter
@@ -56,22 +55,23 @@ def checked_stream_id(stream_id: object) -> str:
 def checked_filter(types: object, stream_prefix: object) -> LogFilter | None:
     """The filter of `read_all` / `subscribe`: `types` a non-empty collection of type names (not
     a bare string, whose characters would be read as names), `stream_prefix` text."""
+    names: list[str] | None = None
     if types is not None:
         if isinstance(types, str | bytes) or not isinstance(types, Collection):
             raise EventValidationError(
                 f"types must be a collection of type names, got {type(types).__name__}"
             )
-        if not types:
+        # Read once: the names checked are the names filtered on, whatever the collection does.
+        names = [_checked_text("each of types", type_) for type_ in types]
+        if not names:
             raise EventValidationError("types must name at least one event type")
-        for type_ in types:
-            _checked_text("each of types", type_)
-        if len(distinct := set(types)) > MAX_TYPES:
+        if len(distinct := set(names)) > MAX_TYPES:
             raise EventValidationError(
                 f"types names {len(distinct)} event types, at most {MAX_TYPES} can be filtered"
                 " on: read unfiltered and filter in Python"
             )
     prefix = None if stream_prefix is None else _checked_text("stream_prefix", stream_prefix)
-    return LogFilter.of(cast("Collection[str] | None", types), prefix)
+    return LogFilter.of(names, prefix)
 
 
 def checked_stream_read(from_version: object, backwards: object, limit: object) -> tuple[int, int]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Collection, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -172,3 +174,35 @@ def test_a_filter_on_many_types_reads_them_all_and_is_quick_to_plan(
     started = time.monotonic()
     assert [e.position for e in store.read_all(0, 2, types=names)] == expected
     assert time.monotonic() - started < 10
+
+
+class _Flipping(Collection[str]):
+    """Type names that read as `first` in the first pass and as `later` after."""
+
+    def __init__(self, first: list[str], later: list[object]) -> None:
+        self._first, self._later, self._passes = first, later, 0
+
+    def _now(self) -> list[Any]:
+        return self._first if self._passes == 0 else self._later
+
+    def __len__(self) -> int:
+        return len(self._now())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._now()
+
+    def __iter__(self) -> Iterator[Any]:
+        names = self._now()
+        self._passes += 1
+        yield from names
+
+
+@pytest.mark.parametrize(
+    "later", [["\ud800"], [f"t{i}" for i in range(MAX_TYPES + 1)], ["test.added", 1]]
+)
+def test_a_filter_is_on_the_type_names_it_checked(store: Store, later: list[object]) -> None:
+    """The names are read once: a collection that gives others on a later pass (one no backend
+    stores, more than can be filtered on, one that is no string) filters on those checked."""
+    store.append("s", [_event("test.rare", 1), _event("test.added", 2)])
+    read = list(store.read_all(types=_Flipping(["test.rare"], later)))
+    assert [e.type for e in read] == ["test.rare"]
