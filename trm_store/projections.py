@@ -74,10 +74,11 @@ def keyed_by_name(projections: Mapping[str, Projection]) -> dict[str, Projection
     if not isinstance(projections, Mapping):
         kind = type(projections).__name__
         raise StoreError(f"projections: a mapping of name -> Projection, not a {kind}")
-    for key, projection in projections.items():
+    keyed = dict(projections.items())  # read once: what is checked is what is kept
+    for key, projection in keyed.items():
         if not isinstance(projection, Projection):
             raise StoreError(f"projections: {key!r} is no Projection ({type(projection).__name__})")
         name = getattr(projection, "name", None)  # a subclass may lack one
         if key != name:
             raise StoreError(f"projections: the key {key!r} is not the projection's name {name!r}")
-    return dict(projections)
+    return keyed

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import pytest
 from sqlalchemy import Column, Connection, Integer, MetaData, Table, select, text, update
@@ -221,3 +222,32 @@ def test_projections_not_keyed_by_their_own_name_are_refused_before_any_write(
         store.append("a", [added(1)])
     assert set(_state(store_url)) == {"test_totals"}
     assert _state(store_url)["test_totals"][1] == 1
+
+
+class _TwoFaced(Mapping[str, Any]):
+    """A mapping whose `items()` give `checked`, and whose keys and lookups give `kept`."""
+
+    def __init__(self, checked: dict[str, Any], kept: dict[str, Any]) -> None:
+        self._checked, self._kept = checked, kept
+
+    def items(self) -> Any:
+        return self._checked.items()
+
+    def __getitem__(self, key: str) -> Any:
+        return self._kept[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._checked)
+
+    def __len__(self) -> int:
+        return len(self._checked)
+
+
+def test_the_projections_kept_are_the_ones_checked(store_url: str) -> None:
+    """Read once: a mapping that gives one projection when checked and another (or no
+    projection at all) when read again keeps the one checked."""
+    totals = Totals()
+    for kept in ({"test_totals": _Nameless()}, {"test_totals": "totals"}):
+        with open_store(store_url, projections=_TwoFaced({"test_totals": totals}, kept)) as store:
+            store.append("a", [added(1)])
+            assert store._projections.projections == {"test_totals": totals}
