@@ -146,16 +146,18 @@ def pair_block(
     *,
     cached: Collection[str] = (),
 ) -> BlockPairing:
-    """Pair two arms' outcomes over the same units; `cached` names baseline cache hits."""
+    """Pair two arms' outcomes over the same units; `cached` names baseline cache hits.
+    Each argument is read once: what is checked is what is counted."""
+    baseline, candidate, hits = dict(baseline), dict(candidate), set(cached)
     if set(baseline) != set(candidate):
         raise GateInputError(
             f"arms cover different units: baseline only {sorted(set(baseline) - set(candidate))},"
             f" candidate only {sorted(set(candidate) - set(baseline))}"
         )
-    unknown = set(cached) - set(baseline)
+    unknown = hits - set(baseline)
     if unknown:
         raise GateInputError(f"cached names units outside the block: {sorted(unknown)}")
-    if any(baseline[u].infra for u in cached):
+    if any(baseline[u].infra for u in hits):
         raise GateInputError("a cached baseline unit cannot be INFRA")
     deltas: list[float] = []
     infra: list[InfraScores] = []
@@ -172,6 +174,6 @@ def pair_block(
         deltas=tuple(deltas),
         infra_baseline=sum(1 for b in baseline.values() if b.infra),
         infra_candidate=sum(1 for c in candidate.values() if c.infra),
-        baseline_cache_hits=len(set(cached)),
+        baseline_cache_hits=len(hits),
         infra_scores=tuple(infra),
     )

@@ -169,12 +169,15 @@ class UnitOutcome:
 
 def check_infra_reasons(reasons: object) -> frozenset[str]:
     """The stop reasons a gate counts as INFRA: a set drawn from `STOP_REASONS`, as a frozenset."""
-    if not isinstance(reasons, AbstractSet) or not all(isinstance(r, str) for r in reasons):
+    if not isinstance(reasons, AbstractSet):
         raise GateInputError(f"infra_reasons must be a set of stop reasons, got {reasons!r}")
-    unknown = set(reasons) - STOP_REASONS
+    kept = frozenset(reasons)  # read once: the reasons checked are the reasons kept
+    if not all(isinstance(r, str) for r in kept):
+        raise GateInputError(f"infra_reasons must be a set of stop reasons, got {reasons!r}")
+    unknown = kept - STOP_REASONS
     if unknown:
         raise UnknownStopReasonError(sorted(unknown)[0], STOP_REASONS)
-    return frozenset(reasons)
+    return kept
 
 
 def fold_unit(
@@ -198,8 +201,8 @@ def fold_units(
     Raises ArmResultError when a unit is missing or a result names a unit not asked for:
     a silently missing unit would shrink the sample without anyone noticing.
     """
-    asked = set(unit_ids)
-    grouped: dict[str, list[QuestionResult]] = {u: [] for u in unit_ids}
+    grouped: dict[str, list[QuestionResult]] = {u: [] for u in unit_ids}  # unit_ids read once
+    asked = grouped.keys()
     for r in results:
         if not isinstance(r, QuestionResult):
             raise ArmResultError(f"evaluate returned {type(r).__name__}, not QuestionResult")
