@@ -13,7 +13,7 @@ from trm_store.event_ids import check_event_id, new_event_id, new_event_ids
 from trm_store.event_types import Together, event_type, refuse_non_finite, type_name_problem
 from trm_store.events import NewEvent
 from trm_store.json_codec import dumps_json, dumps_json_all, loads_json
-from trm_store.prepared import PreparedAppend, PreparedEvent
+from trm_store.prepared import PreparedAppend, PreparedEvent, copied
 from trm_store.vocabulary import ID_MAX, INT32_MAX, count_problem, id_problem, text_problem
 
 __all__ = [
@@ -225,24 +225,28 @@ def prepared_append(
         raise EventValidationError(
             f"stream {stream_id!r}: events must be a non-empty list of PreparedEvent"
         )
-    events = listed
-    for event in events:
-        if not isinstance(event, PreparedEvent):
+    checked = []
+    for given in listed:
+        if not isinstance(given, PreparedEvent):
             raise EventValidationError(
                 f"stream {stream_id!r}: expected a PreparedEvent (from Store.prepare), got "
-                f"{type(event).__name__}"
+                f"{type(given).__name__}"
             )
-        _as_prepared(event)
-    return PreparedAppend.of(stream_id, expected_version, events, ids_given=True)
+        checked.append(_as_prepared(given))
+    return PreparedAppend.of(stream_id, expected_version, checked, ids_given=True)
 
 
-def _as_prepared(event: PreparedEvent) -> None:
-    """EventValidationError unless `event` is one `prepare` could have made: a type name, a
-    schema version, an event id as `prepare` writes it, data and meta dicts whose canonical
-    JSON is the text to be written (a changed field, or text that is no JSON, would be kept in
-    the log, and read back, or fail to be read, ever after). Its type need not be registered
-    in this process, nor at that schema version still (a writer that buffered events across an
-    upgrade: the log upcasts them when read). Costs an encode of its data and meta."""
+def _as_prepared(given: PreparedEvent) -> PreparedEvent:
+    """A copy of `given` (each field read once), checked: EventValidationError unless it is one
+    `prepare` could have made: a type name, a schema version, an event id as `prepare` writes
+    it, data and meta dicts whose canonical JSON is the text to be written (a changed field, or
+    text that is no JSON, would be kept in the log, and read back, or fail to be read, ever
+    after). The copy is what is written: code that runs while the check encodes (a `dict`
+    subclass nested in the meta) cannot change a field of it after its check. Its type need not
+    be registered in this process, nor at that schema version still (a writer that buffered
+    events across an upgrade: the log upcasts them when read). Costs an encode of its data and
+    meta."""
+    event = copied(given)
     what = f"prepared event {event.event_id!r}"
     problem = type_name_problem(event.type) or count_problem(event.schema_version, 1, INT32_MAX)
     if problem is not None:
@@ -255,6 +259,7 @@ def _as_prepared(event: PreparedEvent) -> None:
     ):
         if type(value) is not dict or dumps_json(value, what=f"{what} {name}") != text:
             raise EventValidationError(f"{what}: its {name} changed since Store.prepare made it")
+    return event
 
 
 def _check_target(stream_id: object, expected_version: object) -> None:

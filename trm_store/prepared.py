@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import Any
 
-__all__ = ["PreparedAppend", "PreparedEvent"]
+__all__ = ["PreparedAppend", "PreparedEvent", "copied"]
 
 
 @dataclass(slots=True)
@@ -99,3 +99,9 @@ class PreparedAppend:
 _EVENT_FIELDS = attrgetter(*(field.name for field in fields(PreparedEvent)))
 """A `PreparedEvent`'s fields, in its order: `PreparedAppend`'s columns, as `columns` gives them
 back (tests/store/test_prepared_append.py checks each column against its field by name)."""
+
+
+def copied(event: PreparedEvent) -> PreparedEvent:
+    """A plain `PreparedEvent` holding `event`'s fields, each read once (`event` may be a
+    subclass whose fields are properties, or be changed while it is checked)."""
+    return PreparedEvent(*_EVENT_FIELDS(event))

@@ -18,6 +18,7 @@ from trm_store import (
     Store,
     open_store,
 )
+from trm_store.json_codec import dumps_json
 from trm_store.prepared import PreparedAppend
 
 
@@ -222,3 +223,31 @@ def test_a_sequence_that_gives_nothing_is_refused_as_empty(store: Store) -> None
     with pytest.raises(EventValidationError, match="non-empty list"):
         store.append_batch(_Hollow())
     assert store.head_position() == 0
+
+
+class _Hook(dict[str, Any]):
+    """A dict nested in a prepared event's meta that, when the check encodes it, breaks the
+    event's data: its text no JSON, its dict another."""
+
+    target: ClassVar[PreparedEvent | None] = None
+
+    def items(self) -> Any:
+        if _Hook.target is not None:
+            _Hook.target.data_json = '{"amount": 1, broken'
+            _Hook.target.data = {"amount": 999}
+        return super().items()
+
+
+def test_a_field_changed_while_it_is_checked_is_not_written(store: Store) -> None:
+    """The check encodes the meta after the data: what the encoding runs cannot change the
+    data it has checked. The log stays readable and holds what was checked."""
+    prepared = store.prepare(added(1))
+    prepared.meta = {**prepared.meta, "hook": _Hook(k=1)}
+    prepared.meta_json = dumps_json(prepared.meta, what="meta")
+    _Hook.target = prepared
+    try:
+        recorded = store.append_prepared("s-1", [prepared])
+    finally:
+        _Hook.target = None
+    assert recorded[0].data == {"amount": 1, "note": ""}
+    assert [e.data for e in store.read_stream("s-1")] == [{"amount": 1, "note": ""}]
