@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
 import pytest
 
+from tests.changing import ChangingSequence
 from tests.store.helpers import TOTALS, added, totals
 from trm_store import (
     ConcurrencyError,
@@ -134,34 +135,13 @@ def test_an_append_holds_each_events_fields_in_the_column_of_that_name(
     assert append.events() == events
 
 
-class _Flipping(Sequence[Any]):
-    """A sequence that gives `first` when iterated the first time, and `later` after."""
-
-    def __init__(self, first: list[Any], later: list[Any]) -> None:
-        self._first, self._later, self._iterated = first, later, False
-
-    def _now(self) -> list[Any]:
-        return self._later if self._iterated else self._first
-
-    def __len__(self) -> int:
-        return len(self._first)
-
-    def __getitem__(self, index: Any) -> Any:
-        return self._now()[index]
-
-    def __iter__(self) -> Iterator[Any]:
-        events = self._now()
-        self._iterated = True
-        yield from events
-
-
 def test_append_prepared_writes_the_events_it_checked(store: Store) -> None:
     """A sequence that changes between the check and the write: what was checked is written.
     The later event's data no longer matches its JSON, so the caller would be returned events
     whose data is not what the log holds."""
     checked = store.prepare(added(1))
     changed = replace(checked, data={"amount": 99, "note": "not what the JSON says"})
-    recorded = store.append_prepared("s-1", _Flipping([checked], [changed]))
+    recorded = store.append_prepared("s-1", ChangingSequence([checked], [changed]))
     assert [e.data for e in recorded] == [e.data for e in store.read_stream("s-1")]
     assert recorded[0].data == {"amount": 1, "note": ""}
 
@@ -172,7 +152,7 @@ def test_append_writes_the_events_it_validated(store: Store, count: int) -> None
     never validated (here one that is not registered at all)."""
     validated = [added(k) for k in range(count)]
     later = [NewEvent("test.never_registered", {"anything": k}) for k in range(count)]
-    recorded = store.append("s-1", _Flipping(validated, later))
+    recorded = store.append("s-1", ChangingSequence(validated, later))
     assert [e.type for e in recorded] == ["test.added"] * count
     assert [e.type for e in store.read_stream("s-1")] == ["test.added"] * count
 
@@ -180,7 +160,7 @@ def test_append_writes_the_events_it_validated(store: Store, count: int) -> None
 def test_append_batch_prepares_the_items_it_checked(store: Store) -> None:
     """And for `append_batch`'s items: a later pass must not bring in an item never checked."""
     checked = [("s-1", [added(1)], None), ("s-2", [added(2)], None)]
-    recorded = store.append_batch(_Flipping(checked, ["not an item", None]))
+    recorded = store.append_batch(ChangingSequence(checked, ["not an item", None]))
     assert [(e.stream_id, e.data["amount"]) for e in recorded] == [("s-1", 1), ("s-2", 2)]
 
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Collection, Iterator
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.changing import ChangingSequence
 from tests.store.helpers import Added, added
 from trm_store import EventValidationError, NewEvent, Store, register_event_type
 from trm_store.log_filter import MAX_TYPES, MERGED_TYPES, prefix_bounds
@@ -176,27 +175,6 @@ def test_a_filter_on_many_types_reads_them_all_and_is_quick_to_plan(
     assert time.monotonic() - started < 10
 
 
-class _Flipping(Collection[str]):
-    """Type names that read as `first` in the first pass and as `later` after."""
-
-    def __init__(self, first: list[str], later: list[object]) -> None:
-        self._first, self._later, self._passes = first, later, 0
-
-    def _now(self) -> list[Any]:
-        return self._first if self._passes == 0 else self._later
-
-    def __len__(self) -> int:
-        return len(self._now())
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._now()
-
-    def __iter__(self) -> Iterator[Any]:
-        names = self._now()
-        self._passes += 1
-        yield from names
-
-
 @pytest.mark.parametrize(
     "later", [["\ud800"], [f"t{i}" for i in range(MAX_TYPES + 1)], ["test.added", 1]]
 )
@@ -204,5 +182,5 @@ def test_a_filter_is_on_the_type_names_it_checked(store: Store, later: list[obje
     """The names are read once: a collection that gives others on a later pass (one no backend
     stores, more than can be filtered on, one that is no string) filters on those checked."""
     store.append("s", [_event("test.rare", 1), _event("test.added", 2)])
-    read = list(store.read_all(types=_Flipping(["test.rare"], later)))
+    read = list(store.read_all(types=ChangingSequence(["test.rare"], later)))
     assert [e.type for e in read] == ["test.rare"]
