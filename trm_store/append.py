@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError, SQL
 
 from trm_store.append_heads import AppendHeads
 from trm_store.append_queue import AppendQueue, QueuedAppend
-from trm_store.backend import Backend, reading, store_error
+from trm_store.backend import AppendServerNumbered, Backend, reading, store_error
 from trm_store.driver import bind_processor
 from trm_store.errors import ConcurrencyError, EventValidationError, StoreError
 from trm_store.event_reuse import duplicate_id, event_ids, retried
@@ -150,8 +150,9 @@ class Appender:
         refused it (and wrote none of it). Numbered by the database when it can, and
         `server_numbered`."""
         try:
-            if server_numbered and self._backend.append_server_numbered is not None:
-                written = self._server_numbered(appends)
+            write = self._backend.append_server_numbered
+            if server_numbered and write is not None:
+                written = self._server_numbered(write, appends)
                 if written is not None:
                     return written
             with self._backend.append_transaction(appends[0][0].stream_id) as started:
@@ -160,21 +161,16 @@ class Appender:
             raise store_error(self._backend, e) from e
 
     def _server_numbered(
-        self, appends: Sequence[Sequence[PreparedAppend]]
+        self, write: AppendServerNumbered, appends: Sequence[Sequence[PreparedAppend]]
     ) -> list[Written | ConcurrencyError] | None:
-        """`appends` numbered and inserted by the database (`Backend.append_server_numbered`),
-        when the backend does that, no projection of this store takes their events (those are
+        """`appends` numbered and inserted by the database (`write`, the backend's
+        `append_server_numbered`), when no projection of this store takes their events (those are
         applied in the append's transaction, in Python) and no caller chose their ids (a retry
         is refused by the unique index: an error, which PostgreSQL logs with the query that
         holds every value); None when they were not written so. Whatever it leaves (a stream
         moved, an event id taken) the caller writes statement by statement, which tells each
         append's outcome."""
-        write = self._backend.append_server_numbered
-        if (
-            write is None
-            or any(item.ids_given for prepared in appends for item in prepared)
-            or self._taken(appends)
-        ):
+        if any(item.ids_given for prepared in appends for item in prepared) or self._taken(appends):
             return None
         now = datetime.now(UTC)
         numbered = write(appends, now, self._projections.versions)
