@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import dis
+import gc
 import linecache
 import os
 import signal
@@ -333,8 +334,19 @@ def test_a_caller_interrupted_while_its_group_is_written_is_not_written_after(
 
 
 def _writes(joined: Any) -> bool:
-    """Whether the thread behind `joined` is the one inside the write (in the projection)."""
-    frame = sys._current_frames().get(joined.thread.ident)
+    """Whether the thread behind `joined` is the one inside the write (in the projection).
+
+    The garbage collector is off while `sys._current_frames` runs: before 3.11.9 it holds the
+    interpreter's thread-list lock while it allocates, and a collection that frees a
+    `threading.local` (each store's append queue has one) wants that lock too: the test hung
+    in CI once (cpython gh-106883)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        frame = sys._current_frames().get(joined.thread.ident)
+    finally:
+        if was_enabled:
+            gc.enable()
     while frame is not None:
         if frame.f_code is HeldThenFailed.apply.__code__:
             return True
