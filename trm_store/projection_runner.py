@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
+from operator import itemgetter
 
 from sqlalchemy import Connection, MetaData, Table
 
@@ -30,6 +31,8 @@ __all__ = ["Progress", "ProjectionSet", "WriteTransaction", "requested", "requir
 WriteTransaction = Callable[[], AbstractContextManager[Connection]]
 Progress = Callable[[int], None]
 """Called with the number of events just processed, once per batch."""
+_PROJECTION_PART = itemgetter(slice(2, None))
+"""A projection's row without the two heads: name, version, checkpoint."""
 _SET_CHECKPOINT = DriverSql(
     "UPDATE projection_state SET checkpoint = :checkpoint WHERE name = :name"
 )
@@ -45,13 +48,19 @@ class ProjectionSet:
         }
         self.versions = {name: p.version for name, p in self.projections.items()}
         """Name -> version: the projections this code runs."""
+        self._every_one_following = frozenset(self.versions)
+        self._steady: list[CheckpointRow] | None = None
+        """The projections' rows, less the heads, as `follow` last found them steady: each
+        projection of this code following the log, and no other one."""
         self._subscribers: dict[str, tuple[str, ...]] = {}
         """Event type -> the projections that take it, in registration order."""
         for name, p in self.projections.items():
             for event_type in p.event_types:
                 self._subscribers[event_type] = (*self._subscribers.get(event_type, ()), name)
 
-    def follow(self, conn: Connection, rows: Sequence[CheckpointRow], log_head: int) -> set[str]:
+    def follow(
+        self, conn: Connection, rows: Sequence[CheckpointRow], log_head: int
+    ) -> Collection[str]:
         """The projections that apply an append inline, from every projection's row read
         under the writer lock with the log's head (`trm_store.append_heads`).
 
@@ -59,7 +68,11 @@ class ProjectionSet:
         checkpoint is at the head (caught up or rebuilt since), do; the latter are marked as
         following. A row that follows the log but is not this code's (another version, or a
         projection this store does not run) is set to the head: the log moves past it now.
-        Every append but the first after such a change writes no row."""
+        Every append but the first after such a change writes no row, and finds the rows as
+        the last one left them (compared whole, in C: each append reads them)."""
+        found = list(map(_PROJECTION_PART, rows))
+        if found == self._steady:
+            return self._every_one_following
         following: set[str] = set()
         changed: list[dict[str, int | str]] = []
         for _head, _version, name, version, checkpoint in rows:
@@ -74,6 +87,8 @@ class ProjectionSet:
                 changed.append({"name": name, "checkpoint": FOLLOWING})
         if changed:
             execute_many(conn, _SET_CHECKPOINT, changed)
+        elif following == self._every_one_following and len(found) == len(following):
+            self._steady = found
         return following
 
     def take_any(self, event_types: Collection[str]) -> bool:

@@ -11,11 +11,14 @@ from typing import Any
 
 import pytest
 from alembic import command
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import create_engine, event, select, text, update
 
 from tests.store.helpers import TOTALS, NamedTotals, added, replayed_totals, totals
 from trm_store import ConcurrencyError, StoreError, open_store
 from trm_store.migrate import alembic_config
+from trm_store.projection_runner import ProjectionSet
 from trm_store.schema import FOLLOWING, PROJECTION_STATE
 
 THREE = {**TOTALS, "test_other": NamedTotals("test_other"), "test_third": NamedTotals("test_third")}
@@ -89,6 +92,35 @@ def test_an_append_writes_no_projection_row_while_they_follow_the_log(store_url:
         assert not [s for s in sent if "projection_state SET" in s], sent
         assert totals(store) == replayed_totals(store)
     assert _read(store_url) == {name: (1, 5) for name in THREE}
+
+
+_HEAD = 10
+_ROW = st.tuples(
+    st.sampled_from([*THREE, "test_gone"]),
+    st.sampled_from([THREE["test_other"].version, 9]),
+    st.sampled_from([FOLLOWING, _HEAD, 3]),
+)
+_ROWS = st.lists(_ROW, max_size=5, unique_by=lambda row: row[0]).map(
+    lambda rows: [(_HEAD, 1, *row) for row in rows]
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(sequence=st.lists(_ROWS, min_size=1, max_size=6))
+def test_which_projections_follow_depends_on_the_rows_read_alone(
+    sqlite_url: str, sequence: list[list[tuple[Any, ...]]]
+) -> None:
+    """`follow` remembers the rows it last found steady (every projection of this code
+    following the log, no other one) and answers at once when it finds them again: what it
+    answers is still what it decides from those rows alone, each read twice in a row."""
+    remembering = ProjectionSet(THREE)
+    with open_store(sqlite_url, projections=THREE) as store, store.write_transaction() as conn:
+        for rows in sequence:
+            for _ in range(2):
+                found = remembering.follow(conn, rows, _HEAD)
+                assert set(found) == set(ProjectionSet(THREE).follow(conn, rows, _HEAD))
 
 
 def test_the_check_constraint_refuses_other_negative_checkpoints(store_url: str) -> None:
