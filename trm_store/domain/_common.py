@@ -16,7 +16,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.elements import ClauseElement
 
 from trm_store.domain.errors import DomainInputError
-from trm_store.driver import DriverSql, bind_processor, execute_many
+from trm_store.driver import DriverSql, bind_processor, execute_many, fetch_all, padded_in
 from trm_store.event_types import validation_problem
 from trm_store.vocabulary import INT64_MAX, INT64_MIN, count_problem, id_problem
 
@@ -36,6 +36,7 @@ __all__ = [
     "check_id",
     "check_int",
     "json_default",
+    "present",
     "row_by_key",
     "stream_id",
     "update_rows",
@@ -163,6 +164,37 @@ def upsert(
     upsert = (tuple(update), add)
     statement = _statement(conn.dialect, table, tuple(rows[0]), tuple(keys), upsert)
     execute_many(conn, statement.sql, [statement.bind(r) for r in last.values()])
+
+
+def present(
+    conn: Connection, table: Table, column: str, values: Sequence[Any], **equal: Any
+) -> list[Any]:
+    """Which of `values` `table` holds in `column`, among its rows whose columns named in
+    `equal` hold the values given there. Sent straight to the driver, `_PRESENT_CHUNK` values
+    a statement, one statement per padded size (`padded_in`) kept in the table's `info`: a
+    projection looks up a batch's keys on every append, where SQLAlchemy building an `IN` of
+    them cost ~3 us a key (a run's predictions, `bench/domain_bench.py`)."""
+    statements: dict[tuple[object, ...], DriverSql] = table.info.setdefault("trm_present", {})
+    found: list[Any] = []
+    for k in range(0, len(values), _PRESENT_CHUNK):
+        size, params = padded_in(values[k : k + _PRESENT_CHUNK])
+        shape = (column, tuple(equal), size)
+        statement = statements.get(shape)
+        if statement is None:
+            looked_up = table.c[column]
+            names = [bindparam(f"i{n}", type_=looked_up.type) for n in range(size)]
+            where = [table.c[c] == bindparam(f"e_{c}", type_=table.c[c].type) for c in equal]
+            statement = statements[shape] = DriverSql(
+                select(looked_up).where(looked_up.in_(names), *where)
+            )
+        params.update({f"e_{c}": v for c, v in equal.items()})
+        found += [value for (value,) in fetch_all(conn, statement, params)]
+    return found
+
+
+_PRESENT_CHUNK = 512
+"""Values `present` looks up a statement: under every backend's limit on a statement's
+parameters (SQLite's oldest: 999)."""
 
 
 def update_rows(

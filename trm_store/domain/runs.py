@@ -33,6 +33,7 @@ from trm_store.domain._common import (
     DomainModel,
     as_utc,
     check_id,
+    present,
     row_by_key,
     stream_id,
     update_rows,
@@ -225,14 +226,7 @@ def _count_new(
     for run_id, question_id in rows:
         asked.setdefault(run_id, []).append(question_id)
     for run_id, questions in asked.items():
-        seen = 0
-        for i in range(0, len(questions), _CHUNK):
-            chunk = questions[i : i + _CHUNK]
-            seen += conn.execute(
-                select(func.count()).where(
-                    predictions.c.run_id == run_id, predictions.c.question_id.in_(chunk)
-                )
-            ).scalar_one()
+        seen = len(present(conn, predictions, "question_id", questions, run_id=run_id))
         if len(questions) > seen:
             conn.execute(
                 update(runs)
@@ -241,7 +235,6 @@ def _count_new(
             )
 
 
-_CHUNK = 500  # question ids per IN (...) query
 _STREAM_PREFIX = f"{STREAM}:"
 _RUN_KEY = ("run_id",)
 _REREGISTERED = (

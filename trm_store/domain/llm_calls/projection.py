@@ -33,12 +33,11 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    bindparam,
     insert,
     select,
 )
 
-from trm_store.domain._common import upsert
+from trm_store.domain._common import present, upsert
 from trm_store.domain.llm_calls.models import (
     BREAKER_CHANGED,
     CACHE_CORRUPT,
@@ -49,7 +48,6 @@ from trm_store.domain.llm_calls.models import (
     STREAM,
 )
 from trm_store.domain.llm_calls.totals import define_totals, update_totals
-from trm_store.driver import DriverSql, fetch_all, padded_in
 from trm_store.events import RecordedEvent
 from trm_store.projections import Projection, register_projection
 from trm_store.schema import JsonColumn
@@ -188,30 +186,17 @@ _CHUNK = 512  # call ids per IN (...) query
 def _recorded(conn: Connection, table: Table, calls: Sequence[Mapping[str, Any]]) -> list[Any]:
     """The rows already recorded for these calls' ids (a call recorded again), as mappings.
 
-    Almost every call is new, so the ids are first looked up alone on the driver (`_seen`):
+    Almost every call is new, so the ids are first looked up alone on the driver (`present`):
     only the few found are read through SQLAlchemy, whose result types (JSON, booleans) the
     totals need.
     """
     ids = [row["call_id"] for row in calls]
-    seen = [i for k in range(0, len(ids), _CHUNK) for i in _seen(conn, table, ids[k : k + _CHUNK])]
+    seen = present(conn, table, "call_id", ids)
     found: list[Any] = []
     for k in range(0, len(seen), _CHUNK):
         query = select(table).where(table.c.call_id.in_(seen[k : k + _CHUNK]))
         found += [row._mapping for row in conn.execute(query)]
     return found
-
-
-def _seen(conn: Connection, table: Table, ids: Sequence[str]) -> list[str]:
-    """Which of (at most `_CHUNK`) `ids` have a row (`padded_in`: one statement per size)."""
-    size, params = padded_in(ids)
-    statements: dict[int, DriverSql] = table.info.setdefault("trm_seen", {})
-    statement = statements.get(size)
-    if statement is None:
-        names = [bindparam(f"i{k}", type_=table.c.call_id.type) for k in range(size)]
-        statement = statements[size] = DriverSql(
-            select(table.c.call_id).where(table.c.call_id.in_(names))
-        )
-    return [i for (i,) in fetch_all(conn, statement, params)]
 
 
 def _source(event: RecordedEvent) -> str:
