@@ -93,8 +93,7 @@ class Store:
         must be at version n; otherwise ConcurrencyError and nothing is written. Re-appending
         the very same events (their ids recorded, each with the same stream, type, data and
         meta) returns the recorded events: a retried append is exactly-once. Any other use of a
-        recorded id raises EventIdConflictError (`trm_store.event_reuse`).
-        """
+        recorded id raises EventIdConflictError (`trm_store.event_reuse`)."""
         return self._append([self._prepare((stream_id, events, expected_version))])
 
     def append_batch(self, items: Sequence[AppendItem]) -> list[RecordedEvent]:
@@ -102,11 +101,9 @@ class Store:
         return self._append([self._prepare(item) for item in check_items(items)])
 
     def prepare(self, event: NewEvent) -> PreparedEvent:
-        """Validate one event now, exactly as `append` would, and fix its id.
-
-        For writers that buffer events (`RunLog`): bad input is refused when it is recorded,
-        not when a batch is written, and `append_prepared` does not validate it again.
-        """
+        """Validate one event now, exactly as `append` would, and fix its id: for writers that
+        buffer events (`RunLog`), bad input is refused when it is recorded, not when a batch is
+        written, and `append_prepared` does not validate it again."""
         return self._prepare.event(event)
 
     def append_prepared(
@@ -120,15 +117,19 @@ class Store:
 
         Their ids were fixed by `prepare`: appending the same events again (a retry after an
         error) returns the recorded events instead of writing them twice; to another stream,
-        EventIdConflictError.
-        """
+        EventIdConflictError."""
         return self._append([prepared_append(stream_id, events, expected_version)])
 
-    def write_transaction(self) -> AbstractContextManager[Connection]:
-        """A transaction holding the store's writer lock (for domain tables outside the log).
+    def _append_unexposed(
+        self, stream_id: str, events: list[PreparedEvent], expected_version: int
+    ) -> list[RecordedEvent]:
+        """`append_prepared` for trm_store's own buffering writers (`RunLog`): their events were
+        made by `prepare` and held by no other code since, so each is not checked again."""
+        return self._append([prepared_append(stream_id, events, expected_version, exposed=False)])
 
-        Driver errors come out as typed StoreErrors, as from every other store method.
-        """
+    def write_transaction(self) -> AbstractContextManager[Connection]:
+        """A transaction holding the store's writer lock (for domain tables outside the log);
+        driver errors come out as typed StoreErrors, as from every other store method."""
         return self._appends.holding_writer(writing(self._backend))
 
     # -- reading --------------------------------------------------------------------------------

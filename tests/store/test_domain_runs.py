@@ -139,6 +139,34 @@ def test_predictions_are_written_one_transaction_per_batch(store: Store) -> None
     assert run_info(store, "r1")["predictions"] == 6
 
 
+def test_what_a_caller_changes_after_recording_reaches_neither_log_nor_read_model(
+    store: Store,
+) -> None:
+    """RunLog's buffered events are written without `append_prepared`'s check that each is as
+    `prepare` left it: this holds because `prepare` keeps none of its caller's objects, so the
+    caller changing its own values after recording them (while they wait in the buffer) changes
+    nothing written."""
+    answer: list[object] = ["A", {"why": ["x"]}]
+    notes = {"tags": ["t1"], "scores": {"f1": 0.5}}
+    with RunLog(store, "r1", batch_size=100, flush_interval_s=None) as log:
+        log.record_prediction(
+            "q1", unit_id="u1", prediction=answer, correct=True, stop_reason="stop", notes=notes
+        )
+        answer.append("B")
+        answer[1]["why"].append("y")  # type: ignore[index]
+        notes["tags"].append("t2")  # type: ignore[attr-defined]
+        notes["scores"]["f1"] = 0.9  # type: ignore[index]
+        notes["extra"] = 1
+        assert log.flush() == 1
+        (recorded,) = [e for e in store.read_stream("run:r1") if e.data.get("question_id")]
+        (row,) = log.predictions()
+    written = {"tags": ["t1"], "scores": {"f1": 0.5}}
+    assert recorded.data["prediction"] == ["A", {"why": ["x"]}] == row["prediction"]
+    assert recorded.data["fields"] == {"notes": written}
+    assert row["notes"] == written
+    assert store.verify_projections() == []
+
+
 def test_recording_a_question_again_replaces_it_in_the_read_model(store: Store) -> None:
     with RunLog(store, "r1", batch_size=2) as log:
         for i in range(3):

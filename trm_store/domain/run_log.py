@@ -213,9 +213,7 @@ class RunLog:
         """Append to the run's stream at version `expected` (what this writer last wrote); a
         stream that moved means the run was ended elsewhere: RunStateError, nothing written."""
         try:
-            recorded = self._store.append_prepared(
-                stream_of(self.run_id), events, expected_version=expected
-            )
+            recorded = self._store._append_unexposed(stream_of(self.run_id), events, expected)
         except ConcurrencyError:
             raise RunStateError(self._ended_elsewhere()) from None
         self._version = recorded[-1].version
