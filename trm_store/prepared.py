@@ -61,7 +61,22 @@ class PreparedAppend:
         ids_given: bool,
     ) -> PreparedAppend:
         """The append of `events`, each validated alone: their fields transposed into columns
-        in C, where a comprehension a field ran seven Python frames an append."""
+        in C, where a comprehension a field ran seven Python frames an append; one event (most
+        appends) read field by field, a list each, where transposing cost ~1 us more."""
+        if len(events) == 1:
+            (event,) = events
+            return cls(
+                stream_id,
+                expected_version,
+                [event.event_id],
+                [event.type],
+                [event.schema_version],
+                [event.data],
+                [event.data_json],
+                [event.meta],
+                [event.meta_json],
+                ids_given,
+            )
         ids, types, versions, datas, data_jsons, metas, meta_jsons = map(
             list, zip(*map(_EVENT_FIELDS, events), strict=True)
         )
