@@ -6,18 +6,28 @@ import random
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
+from sqlalchemy import Column, Connection, MetaData, String, Table
 
-from trm_store import NewEvent, ReadOnlyStoreError, Store, open_store
+from trm_store import (
+    EventValidationError,
+    NewEvent,
+    ReadOnlyStoreError,
+    RecordedEvent,
+    Store,
+    open_store,
+)
 from trm_store.domain.errors import RunStateError, UnknownRunError
 from trm_store.domain.run_leases import _mark, mark_stale_runs, stale_runs
 from trm_store.domain.run_list import list_runs, run_statuses
 from trm_store.domain.run_log import RunLog
 from trm_store.domain.runs import run_info
+from trm_store.projections import Projection, registered_projections
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = (sys.executable, "-m", "tests.store.domain_workers")
@@ -146,16 +156,16 @@ def test_what_a_caller_changes_after_recording_reaches_neither_log_nor_read_mode
     `prepare` left it: this holds because `prepare` keeps none of its caller's objects, so the
     caller changing its own values after recording them (while they wait in the buffer) changes
     nothing written."""
-    answer: list[object] = ["A", {"why": ["x"]}]
-    notes = {"tags": ["t1"], "scores": {"f1": 0.5}}
+    answer: list[Any] = ["A", {"why": ["x"]}]
+    notes: dict[str, Any] = {"tags": ["t1"], "scores": {"f1": 0.5}}
     with RunLog(store, "r1", batch_size=100, flush_interval_s=None) as log:
         log.record_prediction(
             "q1", unit_id="u1", prediction=answer, correct=True, stop_reason="stop", notes=notes
         )
         answer.append("B")
-        answer[1]["why"].append("y")  # type: ignore[index]
-        notes["tags"].append("t2")  # type: ignore[attr-defined]
-        notes["scores"]["f1"] = 0.9  # type: ignore[index]
+        answer[1]["why"].append("y")
+        notes["tags"].append("t2")
+        notes["scores"]["f1"] = 0.9
         notes["extra"] = 1
         assert log.flush() == 1
         (recorded,) = [e for e in store.read_stream("run:r1") if e.data.get("question_id")]
@@ -165,6 +175,49 @@ def test_what_a_caller_changes_after_recording_reaches_neither_log_nor_read_mode
     assert recorded.data["fields"] == {"notes": written}
     assert row["notes"] == written
     assert store.verify_projections() == []
+
+
+class _ChangesDataThenFails(Projection):
+    """Lowers each prediction in the event's own data, and fails its first write."""
+
+    name: ClassVar[str] = "test_lowering"
+    version: ClassVar[int] = 1
+    event_types: ClassVar[frozenset[str]] = frozenset({"run.prediction_recorded"})
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    def define(self, metadata: MetaData, suffix: str) -> dict[str, Table]:
+        return {"t": Table(f"test_lowering{suffix}", metadata, Column("q", String(9)))}
+
+    def apply(self, conn: Connection, tables: Any, events: Sequence[RecordedEvent]) -> None:
+        for event in events:
+            event.data["prediction"] = str(event.data["prediction"]).lower()
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("the projection's first write fails")
+
+
+def test_a_buffer_a_failed_flush_showed_to_projections_is_checked_when_written_again(
+    store_url: str,
+) -> None:
+    """A failed flush hands the buffered events to the projections, which may change their
+    data in place; RunLog writes them again as any caller's events, checked, so the changed
+    data is refused rather than applied to the read model while the log keeps the original."""
+    runs = {"runs": registered_projections()["runs"], "test_lowering": _ChangesDataThenFails()}
+    with open_store(store_url, projections=runs) as store:
+        with (
+            pytest.raises(EventValidationError, match="its data changed"),
+            RunLog(store, "r1", batch_size=100, flush_interval_s=None) as log,
+        ):
+            log.record_prediction(
+                "q1", unit_id="u1", prediction="ANSWER", correct=True, stop_reason="stop"
+            )
+            with pytest.raises(RuntimeError, match="first write fails"):
+                log.flush()
+            log.flush()
+        assert [e.type for e in store.read_stream("run:r1")] == ["run.registered", "run.failed"]
+        assert store.verify_projections() == []
 
 
 def test_recording_a_question_again_replaces_it_in_the_read_model(store: Store) -> None:

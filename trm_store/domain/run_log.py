@@ -111,6 +111,9 @@ class RunLog:
         self._oldest = 0.0  # time.monotonic() of the oldest buffered prediction
         self._host, self._pid = socket.gethostname(), os.getpid()
         self._pending: list[PreparedEvent] = []
+        self._pending_shown = False
+        """Whether a write of the buffer failed: it handed the events to the projections, which
+        may have changed their data in place, so writing them again checks each one."""
         self._last_heartbeat: datetime | None = None
         self._state: Literal["new", "open", "closed"] = "new"
         self._version = 0
@@ -209,11 +212,18 @@ class RunLog:
         self._append([self._store.prepare(event)], self._version)
         release_lease(self._store, self.run_id)
 
-    def _append(self, events: list[PreparedEvent], expected: int) -> None:
+    def _append(self, events: list[PreparedEvent], expected: int, *, shown: bool = False) -> None:
         """Append to the run's stream at version `expected` (what this writer last wrote); a
-        stream that moved means the run was ended elsewhere: RunStateError, nothing written."""
+        stream that moved means the run was ended elsewhere: RunStateError, nothing written.
+
+        Events no other code has held are written unchecked (`Store._append_unexposed`); once
+        `shown` (to the projections of a write that failed), as any caller's."""
+        stream = stream_of(self.run_id)
         try:
-            recorded = self._store._append_unexposed(stream_of(self.run_id), events, expected)
+            if shown:
+                recorded = self._store.append_prepared(stream, events, expected_version=expected)
+            else:
+                recorded = self._store._append_unexposed(stream, events, expected)
         except ConcurrencyError:
             raise RunStateError(self._ended_elsewhere()) from None
         self._version = recorded[-1].version
@@ -287,8 +297,12 @@ class RunLog:
         if not self._pending:
             return 0
         # On error the buffer is kept: the next flush retries it with the same event ids.
-        self._append(self._pending, self._version)
-        written, self._pending = len(self._pending), []
+        try:
+            self._append(self._pending, self._version, shown=self._pending_shown)
+        except BaseException:
+            self._pending_shown = True
+            raise
+        written, self._pending, self._pending_shown = len(self._pending), [], False
         now = self._clock()
         if self._last_heartbeat is None or now - self._last_heartbeat >= HEARTBEAT_INTERVAL:
             self._beat(now)
