@@ -46,7 +46,11 @@ class Projection(ABC):
     def apply(
         self, conn: Connection, tables: Mapping[str, Table], events: Sequence[RecordedEvent]
     ) -> None:
-        """Apply `events` (in position order, all of `event_types`) to `tables`."""
+        """Apply `events` (in position order, all of `event_types`) to `tables`.
+
+        The events are the append's own objects, shared with its caller and every other
+        projection: read them, never change them (their data, changed, would reach the read
+        models but not the log, which keeps the JSON written before they were applied)."""
 
 
 _PROJECTIONS: dict[str, Projection] = {}
