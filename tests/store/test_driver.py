@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 from trm_store.connect import normalise_url
@@ -98,6 +102,39 @@ def test_the_sql_is_compiled_once_per_dialect_in_its_paramstyle(engine: Engine) 
         assert (sql, bind(params)) == ("INSERT INTO t (k, v) VALUES (?, ?)", (1, "x"))
     else:
         assert (sql, bind(params)) == ("INSERT INTO t (k, v) VALUES (%(k)s, %(v)s)", params)
+
+
+def test_dialects_asked_in_turn_each_get_their_own_text_from_any_thread() -> None:
+    """`compiled` answers the dialect it was last asked for at once: dialects asked for in
+    turn (stores of both backends in one process), by several threads switching as often as
+    they can, each still get the text of their own paramstyle."""
+    dialects: list[Dialect] = [
+        sqlite.dialect(),
+        sqlite.dialect(paramstyle="named"),
+        create_engine("postgresql+psycopg://trm@127.0.0.1/never_connected").dialect,
+    ]
+    wanted = {id(d): DriverSql(INSERT.statement).compiled(d)[0] for d in dialects}
+    statement = DriverSql(INSERT.statement)
+    wrong: list[str] = []
+
+    def ask(offset: int) -> None:
+        for k in range(3000):
+            dialect = dialects[(k + offset) % len(dialects)]
+            if statement.compiled(dialect)[0] != wanted[id(dialect)]:
+                wrong.append(dialect.paramstyle)
+
+    threads = [threading.Thread(target=ask, args=(k,)) for k in range(3)]
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between any two bytecodes, as often as can be
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(previous)
+    assert len(set(wanted.values())) == 3
+    assert wrong == []
 
 
 def test_literals_are_rendered_quoted_and_only_the_other_parameters_are_bound(
