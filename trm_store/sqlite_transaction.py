@@ -10,7 +10,7 @@ from sqlalchemy.engine.interfaces import DBAPIConnection
 
 from trm_store.append_heads import heads
 from trm_store.backend import AppendStart
-from trm_store.driver import DriverSql, execute
+from trm_store.driver import send_bare
 from trm_store.errors import StoreError
 from trm_store.sqlite_writer_lock import WriterLock
 from trm_store.wal_sync import WAL_SYNCED, WalSync
@@ -18,8 +18,8 @@ from trm_store.writer_connections import IN_USE
 
 __all__ = ["AppendTransaction", "HeadsRead"]
 
-_BEGIN_IMMEDIATE = DriverSql("BEGIN IMMEDIATE")
-_COMMIT = DriverSql("COMMIT")
+_BEGIN_IMMEDIATE = "BEGIN IMMEDIATE"
+_COMMIT = "COMMIT"
 
 _WRITING = "trm_writing"
 """Marks a writer connection (in its `info`) while its write transaction is open."""
@@ -83,7 +83,7 @@ class AppendTransaction:
             self._dbapi_connection = dbapi_connection
             info[_WRITING] = True
             _rollback(conn, dbapi_connection)  # anything an interrupt left open
-            execute(conn, _BEGIN_IMMEDIATE, {})
+            send_bare(conn, dbapi_connection, _BEGIN_IMMEDIATE)
         except BaseException:
             info[_WRITING] = False
             try:
@@ -122,7 +122,7 @@ class AppendTransaction:
                 if conn.in_transaction():
                     conn.commit()
                 elif dbapi_connection.in_transaction:
-                    execute(conn, _COMMIT, {})
+                    send_bare(conn, dbapi_connection, _COMMIT)
             except BaseException:
                 _rollback_quietly(conn, dbapi_connection)
                 raise

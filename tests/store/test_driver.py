@@ -14,7 +14,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 from trm_store.connect import normalise_url
-from trm_store.driver import DriverSql, execute, execute_many, fetch_all
+from trm_store.driver import DriverSql, execute, execute_many, fetch_all, send_bare
 
 CREATE = DriverSql("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT NOT NULL)")
 INSERT = DriverSql("INSERT INTO t (k, v) VALUES (:k, :v)")
@@ -78,6 +78,30 @@ def test_cursor_event_listeners_see_each_statement_sent(engine: Engine) -> None:
         execute_many(conn, INSERT, [{"k": 1, "v": "a"}, {"k": 2, "v": "b"}])
     sql, _, _ = INSERT.compiled(engine.dialect)
     assert [(w, s, m) for w, s, _, m in seen] == [("before", sql, True), ("after", sql, True)]
+
+
+def test_a_bare_statement_is_seen_by_listeners_and_fails_as_sqlalchemy_s_type(
+    sqlite_url: str,
+) -> None:
+    """`send_bare` (a writer's BEGIN IMMEDIATE and COMMIT) skips the cursor only while no
+    listener would see it; its error is SQLAlchemy's type, as from every statement sent."""
+    engine = create_engine(normalise_url(sqlite_url))
+    seen: list[str] = []
+    try:
+        with engine.connect() as conn:
+            raw = conn.connection.dbapi_connection
+            assert raw is not None
+            raw.isolation_level = None  # BEGIN / COMMIT by hand, as a writer connection
+            send_bare(conn, raw, "BEGIN IMMEDIATE")
+            send_bare(conn, raw, "COMMIT")
+            with pytest.raises(OperationalError, match="no transaction is active"):
+                send_bare(conn, raw, "COMMIT")
+            event.listen(engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
+            send_bare(conn, raw, "BEGIN IMMEDIATE")
+            send_bare(conn, raw, "COMMIT")
+    finally:
+        engine.dispose()
+    assert seen == ["BEGIN IMMEDIATE", "COMMIT"]
 
 
 def test_listeners_on_one_connection_see_its_statements_only(engine: Engine) -> None:
