@@ -120,12 +120,12 @@ def insert_rows(conn: Connection, insert: RowsInsert, values: list[Any]) -> None
         else:
             conn.exec_driver_sql(insert.sql(dialect, 1), rows)
         return
-    rows = len(values) // width
-    if rows & (rows - 1) == 0 and rows <= ROWS_PER_STATEMENT:  # one statement: most appends
-        send(conn, insert.sql(dialect, rows), values, many=False).close()
+    count = len(values) // width
+    if count & (count - 1) == 0 and count <= ROWS_PER_STATEMENT:  # one statement: most appends
+        send(conn, insert.sql(dialect, count), values, many=False).close()
         return
     start = 0
-    for size in row_chunks(rows):
+    for size in row_chunks(count):
         end = start + size * width
         send(conn, insert.sql(dialect, size), values[start:end], many=False).close()
         start = end
