@@ -43,7 +43,23 @@ class Written:
         """The recorded events, in position order: built at the first call, the same list
         after (a projection that took them and the caller see the same objects)."""
         built = self.built
-        if built is None:
+        if built is None and len(self.prepared) == 1 and len(self.prepared[0].event_ids) == 1:
+            # One event (most appends): its fields read one by one, no loop to set up.
+            (item,), ((position, version),) = self.prepared, self.starts
+            built = self.built = [
+                recorded_event(
+                    position,
+                    item.event_ids[0],
+                    item.stream_id,
+                    version,
+                    item.types[0],
+                    item.schema_versions[0],
+                    item.datas[0],
+                    item.metas[0],
+                    self.at,
+                )
+            ]
+        elif built is None:
             at = self.at
             built = []  # set once whole: an interrupt part way leaves it unbuilt, not short
             for item, (position, version) in zip(self.prepared, self.starts, strict=True):

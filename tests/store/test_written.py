@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import astuple
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import trm_store.written
 from tests.store.helpers import assert_log_is_whole, log_of, noted, run_and_compare
@@ -41,6 +44,35 @@ def test_an_interrupt_part_way_through_the_build_leaves_the_events_unbuilt_not_s
     events = written.events()
     assert [(e.position, e.version) for e in events] == [(7, 1), (8, 2), (9, 3)]
     assert written.events() is events
+
+
+@given(counts=st.lists(st.integers(1, 3), min_size=1, max_size=3))
+def test_each_recorded_event_holds_its_own_columns_and_numbers(counts: list[int]) -> None:
+    """Whatever the shape (one event, the fast path, or several items of several), each event
+    is built from its own place in its item's columns, numbered on from the item's start."""
+    preparer = AppendPreparer({"host": "h", "pid": 1})
+    prepared = [
+        preparer((f"s{k}", [noted(n) for n in range(c)], None)) for k, c in enumerate(counts)
+    ]
+    starts = [(10 * k + 1, k + 2) for k in range(len(counts))]
+    at = datetime.now(UTC)
+    expected = [
+        (position + j, e, item.stream_id, version + j, t, sv, d, m, at)
+        for item, (position, version) in zip(prepared, starts, strict=True)
+        for j, (e, t, sv, d, m) in enumerate(
+            zip(
+                item.event_ids,
+                item.types,
+                item.schema_versions,
+                item.datas,
+                item.metas,
+                strict=True,
+            )
+        )
+    ]
+    events = Written(prepared, starts, at).events()
+    assert [astuple(e) for e in events] == expected
+    assert all(type(e) is RecordedEvent for e in events)
 
 
 def _batch(kind: str, shape: Sequence[tuple[str, int]], base: int) -> list[AppendItem]:
