@@ -39,6 +39,48 @@ INSERT_EVENTS = RowsInsert("events", EVENT_COLUMNS)
 _ROW_WIDTH = len(INSERT_EVENTS.columns)
 
 
+def _rows(item: PreparedAppend, position: int, version: int, stored_now: Any) -> list[Any]:
+    """`item`'s rows' values one after another, in column order, numbered on from `position`
+    and `version` (the last ones written before it); one event (most appends) without a loop
+    to set up, which cost it ~5,000 instructions."""
+    stream_id = item.stream_id
+    if len(item.event_ids) == 1:
+        return [
+            position + 1,
+            item.event_ids[0],
+            stream_id,
+            version + 1,
+            item.types[0],
+            item.schema_versions[0],
+            item.data_jsons[0],
+            item.meta_jsons[0],
+            stored_now,
+        ]
+    rows: list[Any] = []
+    for event_id, type_, sv, data_json, meta_json in zip(
+        item.event_ids,
+        item.types,
+        item.schema_versions,
+        item.data_jsons,
+        item.meta_jsons,
+        strict=True,
+    ):
+        position += 1
+        version += 1
+        rows += (
+            position,
+            event_id,
+            stream_id,
+            version,
+            type_,
+            sv,
+            data_json,
+            meta_json,
+            stored_now,
+        )
+    return rows
+
+
 def _everyones(error: StoreError) -> bool:
     """A failure of the transaction itself, not of one append's rows: the writer lock or the
     busy timeout (raised by the store, no cause), the connection, the disk or the COMMIT (the
@@ -236,27 +278,10 @@ class Appender:
                     if item.expected_version is not None and item.expected_version != current:
                         raise ConcurrencyError(stream_id, item.expected_version, current)
                     starts.append((position + 1, current + 1))
-                    for event_id, type_, sv, data_json, meta_json in zip(
-                        item.event_ids,
-                        item.types,
-                        item.schema_versions,
-                        item.data_jsons,
-                        item.meta_jsons,
-                        strict=True,
-                    ):
-                        position += 1
-                        current += 1
-                        rows += (
-                            position,
-                            event_id,
-                            stream_id,
-                            current,
-                            type_,
-                            sv,
-                            data_json,
-                            meta_json,
-                            stored_now,
-                        )
+                    count = len(item.event_ids)
+                    rows += _rows(item, position, current, stored_now)
+                    position += count
+                    current += count
                     moved[stream_id] = current
             except ConcurrencyError as refused:  # this append writes nothing; the others go on
                 del rows[first:]
