@@ -57,18 +57,19 @@ def test_each_recorded_event_holds_its_own_columns_and_numbers(counts: list[int]
     starts = [(10 * k + 1, k + 2) for k in range(len(counts))]
     at = datetime.now(UTC)
     expected = [
-        (position + j, e, item.stream_id, version + j, t, sv, d, m, at)
-        for item, (position, version) in zip(prepared, starts, strict=True)
-        for j, (e, t, sv, d, m) in enumerate(
-            zip(
-                item.event_ids,
-                item.types,
-                item.schema_versions,
-                item.datas,
-                item.metas,
-                strict=True,
-            )
+        (
+            position + j,
+            p.event_id,
+            item.stream_id,
+            version + j,
+            p.type,
+            p.schema_version,
+            p.data,
+            p.meta,
+            at,
         )
+        for item, (position, version) in zip(prepared, starts, strict=True)
+        for j, p in enumerate(item.events())
     ]
     events = Written(prepared, starts, at).events()
     assert [astuple(e) for e in events] == expected
