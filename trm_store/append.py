@@ -42,7 +42,7 @@ _ROW_WIDTH = len(INSERT_EVENTS.columns)
 def _rows(item: PreparedAppend, position: int, version: int, stored_now: Any) -> list[Any]:
     """`item`'s rows' values one after another, in column order, numbered on from `position`
     and `version` (the last ones written before it); one event (most appends) without a loop
-    to set up, which cost it ~5,000 instructions."""
+    to set up, which cost it ~3,300 instructions."""
     stream_id = item.stream_id
     if len(item.event_ids) == 1:
         return [
