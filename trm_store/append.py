@@ -57,7 +57,7 @@ def _rows(item: PreparedAppend, position: int, version: int, stored_now: Any) ->
             stored_now,
         ]
     rows: list[Any] = []
-    for event_id, type_, sv, data_json, meta_json in zip(
+    for event_id, type_, sv, data, meta in zip(
         item.event_ids,
         item.types,
         item.schema_versions,
@@ -67,17 +67,7 @@ def _rows(item: PreparedAppend, position: int, version: int, stored_now: Any) ->
     ):
         position += 1
         version += 1
-        rows += (
-            position,
-            event_id,
-            stream_id,
-            version,
-            type_,
-            sv,
-            data_json,
-            meta_json,
-            stored_now,
-        )
+        rows += (position, event_id, stream_id, version, type_, sv, data, meta, stored_now)
     return rows
 
 
