@@ -112,8 +112,9 @@ class RunLog:
         self._host, self._pid = socket.gethostname(), os.getpid()
         self._pending: list[PreparedEvent] = []
         self._pending_shown = False
-        """Whether a write of the buffer failed: it handed the events to the projections, which
-        may have changed their data in place, so writing them again checks each one."""
+        """Whether a write of the buffer failed: it may have handed the events to the
+        projections, which may have changed their data in place, so writing them again checks
+        each one."""
         self._last_heartbeat: datetime | None = None
         self._state: Literal["new", "open", "closed"] = "new"
         self._version = 0
