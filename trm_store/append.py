@@ -90,22 +90,18 @@ class _EventIdTaken(Exception):
 
 
 class Appender:
-    """Appends validated events to one store's log: each append atomic, concurrent ones
-    written together (`trm_store.append_queue`)."""
+    """Appends validated events to one store's log, through its `queue`: each append atomic
+    (all of it, or nothing), concurrent ones written together (`trm_store.append_queue`).
+
+    A retry of an append that was recorded returns the recorded events; any other use of a
+    recorded id raises EventIdConflictError (`trm_store.event_reuse`).
+    """
 
     def __init__(self, backend: Backend, projections: ProjectionSet) -> None:
         self._backend = backend
         self._projections = projections
         self._stored_time = bind_processor(EVENTS.c.recorded_at, backend.engine.dialect)
-        self.queue = AppendQueue(self.write_group)
-
-    def append(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent]:
-        """Write `prepared` (all of it, or nothing); the recorded events, in position order.
-
-        A retry of an append that was recorded returns the recorded events; any other use of a
-        recorded id raises EventIdConflictError (`trm_store.event_reuse`).
-        """
-        return self.queue.append(prepared)
+        self.queue = AppendQueue(self.write_group, self._write_alone)
 
     def write_group(self, group: list[QueuedAppend]) -> None:
         """Decide every append of `group`: in one transaction when there are several, each

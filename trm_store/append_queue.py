@@ -58,10 +58,20 @@ class QueuedAppend:
     def decided(self) -> bool:
         return self.written is not None or self.error is not None
 
+    def outcome(self) -> Written:
+        """Where it was written; else the error that refused it, raised."""
+        if self.error is not None:
+            raise self.error
+        if self.written is None:
+            raise StoreError("an append was left undecided: nothing of it was written")
+        return self.written
+
 
 WriteGroup = Callable[[list[QueuedAppend]], None]
 """Writes a group and decides every append in it; only a BaseException that is no Exception
 (an interrupt) leaves some undecided."""
+WriteOne = Callable[[Sequence[PreparedAppend]], Written]
+"""Writes one append alone: where it was written, or the error that refused it."""
 
 _BACKSTOP_S = 0.1
 """The longest a waiting caller sleeps before it looks again: an interrupt can cut the writer's
@@ -84,8 +94,9 @@ class AppendQueue:
     tests/store/test_group_commit_interrupts.py interrupts each of these places in turn.
     """
 
-    def __init__(self, write_group: WriteGroup) -> None:
+    def __init__(self, write_group: WriteGroup, write_one: WriteOne) -> None:
         self._write_group = write_group
+        self._write_one = write_one
         self._holders = threading.local()
         """`depth`: how many of the queue's write sections this thread is inside; an append
         made inside one (by a projection, a signal handler, or in `holding_writer`) goes alone."""
@@ -105,25 +116,40 @@ class AppendQueue:
 
     def append(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent]:
         """Write `prepared`, with whatever else is queued when no one is writing."""
-        mine = QueuedAppend(prepared)
         holders = self._holders
         if getattr(holders, "depth", 0):
             # This thread holds the store's write transaction (`holding_writer`), is writing a
             # group (a projection appending), or is waiting here (a signal handler appending):
             # the append goes alone, never waiting for this queue: on SQLite it is refused at
             # once if this thread is writing (no nesting), else waits for the writer lock.
-            self._write_group([mine])
-        else:
-            holders.depth = 1
-            try:
+            return self._write_one(prepared).events()
+        holders.depth = 1
+        try:
+            written = self._write_if_idle(prepared)
+            if written is None:
+                mine = QueuedAppend(prepared)
                 self._queue_and_write(mine)
-            finally:
-                holders.depth = 0
-        if mine.error is not None:
-            raise mine.error
-        if mine.written is None:
-            raise StoreError("an append was left undecided: nothing of it was written")
-        return mine.written.events()  # built here, by its caller: `trm_store.written`
+                written = mine.outcome()
+        finally:
+            holders.depth = 0
+        return written.events()  # built here, by its caller: `trm_store.written`
+
+    def _write_if_idle(self, prepared: Sequence[PreparedAppend]) -> Written | None:
+        """`prepared` written at once, alone, when no one is writing or waiting (the usual
+        case, which so builds no `QueuedAppend` and no group); None, nothing done, else."""
+        writing = False
+        try:
+            with self._lock:
+                if self._writing or self._queued:
+                    return None
+                writing = self._writing = True  # no check for interrupts between
+            # Assigned, not returned: the place right after the call stays inside the `try`.
+            written = self._write_one(prepared)
+        finally:
+            if writing:
+                self._writing = False  # first: nothing that an interrupt can cut comes before
+                self._wake_waiting()
+        return written
 
     def _queue_and_write(self, mine: QueuedAppend) -> None:
         """Write `mine` at once when no one is writing or waiting; else queue it and wait

@@ -56,8 +56,8 @@ class Store:
         self._projections = ProjectionSet(projections)
         self._batch_size = batch_size
         self._prepare = AppendPreparer(origin())
-        appender = Appender(backend, self._projections)
-        self._append, self._appends = appender.append, appender.queue
+        self._appends = Appender(backend, self._projections).queue
+        self._append = self._appends.append
         self._subscriptions: WeakSet[Subscription] = WeakSet()
 
     # -- properties -----------------------------------------------------------------------------
