@@ -183,8 +183,8 @@ class Appender:
                 written = self._server_numbered(write, appends)
                 if written is not None:
                     return written
-            with self._backend.append_transaction(appends[0][0].stream_id) as started:
-                return self._write_locked(*started, appends)
+            stream_id = appends[0][0].stream_id
+            return self._backend.append_transaction(stream_id, self._write_locked, appends)
         except SQLAlchemyError as e:
             raise store_error(self._backend, e) from e
 

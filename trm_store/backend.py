@@ -8,10 +8,10 @@ backend a URL gets is `trm_store.connect`'s job.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -23,7 +23,7 @@ from trm_store.rebuild_lock import RebuildLock
 
 __all__ = [
     "AppendServerNumbered",
-    "AppendStart",
+    "AppendWrite",
     "Backend",
     "Durability",
     "reading",
@@ -34,9 +34,11 @@ __all__ = [
 Durability = Literal["normal", "full"]
 
 
-AppendStart = tuple[Connection, AppendHeads]
-"""What `Backend.append_transaction` yields: the connection, and what it read under the lock
-(`trm_store.append_heads`)."""
+T = TypeVar("T")
+
+AppendWrite = Callable[[Connection, AppendHeads, Sequence[Sequence[PreparedAppend]]], T]
+"""What `Backend.append_transaction` runs in the transaction: given the connection, what it
+read under the lock (`trm_store.append_heads`) and the appends."""
 
 
 class AppendServerNumbered(Protocol):
@@ -70,11 +72,15 @@ class Backend(Protocol):
         """A transaction that holds the store's single writer lock until it ends (on `conn`,
         a connection of the caller's own, when given)."""
 
-    def append_transaction(self, stream_id: str) -> AbstractContextManager[AppendStart]:
-        """`write_transaction` for an append, whose statements go to the driver
-        (`trm_store.driver`): the backend may skip SQLAlchemy's own transaction bookkeeping. It
-        yields the connection with the log's head, `stream_id`'s version and the projections'
-        checkpoint rows, read under the lock (`trm_store.append_heads`)."""
+    def append_transaction(
+        self, stream_id: str, write: AppendWrite[T], appends: Sequence[Sequence[PreparedAppend]]
+    ) -> T:
+        """`write(conn, heads, appends)` in `write_transaction` for an append, whose statements
+        go to the driver (`trm_store.driver`): the backend may skip SQLAlchemy's own transaction
+        bookkeeping. `heads` are the log's head, `stream_id`'s version and the projections'
+        checkpoint rows, read under the lock (`trm_store.append_heads`). A call, not a context
+        manager: the `with` is the backend's own, so that its `except` clause sees every
+        interrupt that lands in the transaction's end (`trm_store.sqlite_transaction`)."""
 
     @property
     def append_server_numbered(self) -> AppendServerNumbered | None:

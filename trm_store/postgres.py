@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
+from typing import TypeVar
 
 from sqlalchemy import URL, Connection, Engine, Table, create_engine, event, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
 from trm_store.append_heads import HEADS_PREPARABLE, append_heads
-from trm_store.backend import AppendStart
+from trm_store.backend import AppendWrite
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
 from trm_store.postgres_append import (
@@ -35,6 +36,8 @@ from trm_store.rows_insert import copy_rows
 from trm_store.wakeups import NOTIFY_APPENDED
 
 __all__ = ["PostgresBackend"]
+
+T = TypeVar("T")
 
 APPEND_LOCK_NAMESPACE = 0x74726141  # "trmA"; the rebuild lock's key space is another
 """The append lock is (namespace, hash of the schema): one writer at a time per store, while
@@ -99,10 +102,11 @@ class PostgresBackend:
     ) -> AbstractContextManager[Connection]:
         return self._locked(_APPEND_LOCK, conn)
 
-    @contextmanager
-    def append_transaction(self, stream_id: str) -> Iterator[AppendStart]:
-        """`write_transaction`, which also wakes subscribers (`trm_store.wakeups`) and reads
-        the heads and the projections' rows (`trm_store.append_heads`), all in the round trip
+    def append_transaction(
+        self, stream_id: str, write: AppendWrite[T], appends: Sequence[Sequence[PreparedAppend]]
+    ) -> T:
+        """`write` in `write_transaction`, which also wakes subscribers (`trm_store.wakeups`) and
+        reads the heads and the projections' rows (`trm_store.append_heads`), all in the round trip
         of `BEGIN` (`trm_store.postgres_writers`): the statement that takes the lock queues the
         notification too (PostgreSQL delivers it at commit, and never for an append that rolls
         back); the next one, with a snapshot of its own taken once the lock is held, reads.
@@ -112,7 +116,7 @@ class PostgresBackend:
         with self._writers.transaction(
             _APPEND_START, {"s": stream_id}, prepare=(_LOCK_AND_NOTIFY, _HEADS)
         ) as (conn, rows):
-            yield conn, append_heads(rows)
+            return write(conn, append_heads(rows), appends)
 
     def append_server_numbered(
         self,

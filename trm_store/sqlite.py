@@ -9,24 +9,28 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from sqlalchemy import URL, Connection, Engine, Table, create_engine, event
 from sqlalchemy.exc import DBAPIError
 
-from trm_store.backend import Durability
+from trm_store.append_heads import heads
+from trm_store.backend import AppendWrite, Durability
 from trm_store.errors import ReadOnlyStoreError, StoreError
 from trm_store.json_codec import serialize_json
+from trm_store.prepared import PreparedAppend
 from trm_store.rebuild_lock import RebuildLock, file_rebuild_lock
 from trm_store.sqlite_dialect import register_dialect
-from trm_store.sqlite_transaction import AppendTransaction, HeadsRead
+from trm_store.sqlite_transaction import AppendTransaction, finish_cut_short
 from trm_store.sqlite_writer_lock import writer_lock
 from trm_store.store_url import check_sqlite_file, sqlite_target
 from trm_store.wal_sync import WAL_SYNCED, WalSync
 from trm_store.writer_connections import WriterConnections
 
 __all__ = ["SqliteBackend"]
+
+T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 60_000
 _OURS_OR_EMPTY = (
@@ -129,17 +133,28 @@ class SqliteBackend:
         transaction = AppendTransaction(
             conn or self._writers.current(), self._writer_lock, self._wal_sync
         )
-        with transaction as conn, conn.begin():
-            yield conn
+        try:
+            with transaction as conn, conn.begin():
+                yield conn
+        except BaseException:
+            transaction.ended = True  # first: see trm_store.sqlite_transaction
+            transaction.finish()
+            raise
 
-    def append_transaction(self, stream_id: str) -> HeadsRead:
-        """`BEGIN IMMEDIATE` ... `COMMIT` on this thread's writer connection (see
+    def append_transaction(
+        self, stream_id: str, write: AppendWrite[T], appends: Sequence[Sequence[PreparedAppend]]
+    ) -> T:
+        """`write` in `BEGIN IMMEDIATE` ... `COMMIT` on this thread's writer connection (see
         `AppendTransaction`), the heads read first."""
         self._refuse_writes()
-        return HeadsRead(
-            AppendTransaction(self._writers.current(), self._writer_lock, self._wal_sync),
-            stream_id,
-        )
+        transaction = AppendTransaction(self._writers.current(), self._writer_lock, self._wal_sync)
+        try:
+            with transaction as conn:
+                return write(conn, heads(conn, stream_id), appends)
+        except BaseException:
+            transaction.ended = True  # first: see trm_store.sqlite_transaction
+            transaction.finish()
+            raise
 
     def rebuild_lock(self, *, wait: bool) -> AbstractContextManager[RebuildLock | None]:
         self._refuse_writes()
@@ -152,6 +167,10 @@ class SqliteBackend:
             raise StoreError(f"nothing written: an earlier write's sync failed: {failed}")
 
     def close(self) -> None:
+        # This thread's transaction an interrupt cut short (twice) let go of first: its
+        # connection's lock, which closing waits for, and the writer lock.
+        finish_cut_short(self._writers.mine())
+        self._writer_lock.let_go_stale()
         self._writers.close()
         self._writer_lock.close_file()
         self.engine.dispose()

@@ -21,11 +21,18 @@ busy timeout. Neither is what keeps writers apart: `BEGIN IMMEDIATE` still does 
 writer that takes neither (another program, sqlite3's shell) is as safe as before, and a store
 whose `-writer` file cannot be opened (a read-only directory) works without it.
 
-The lock is re-entrant: a thread that writes to a second store on the same file while its first
-write transaction is open waits in SQLite's busy handler and fails after its timeout, as it did
-before, instead of deadlocking on itself. A forked child gets fresh locks and its own descriptor:
-a parent's thread that held one at the fork does not exist in the child, and a `flock` belongs
-to the open file, which an inherited descriptor shares with the parent.
+A thread that writes to a second store on the same file while its first write transaction is
+open does not take it again: it waits in SQLite's busy handler and fails after its timeout, as
+it did before, instead of deadlocking on itself. A forked child gets fresh locks and its own
+descriptor: a parent's thread that held one at the fork does not exist in the child, and a
+`flock` belongs to the open file, which an inherited descriptor shares with the parent.
+
+Interrupts (a KeyboardInterrupt, or whatever a signal handler raises) can cut `acquire` or
+`release` short between the steps the lock takes in C: the process's lock then stays held by its
+thread with no live holder named (`_holder` None, or a transaction that has `ended`).
+`let_go_stale` lets such a hold go, every descriptor's `flock` with it; the transaction's own
+clean-up calls it as the interrupt goes by, and `acquire` and a store's `close` on that thread
+call it too (`trm_store.sqlite_transaction` says when each runs).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
+from typing import Protocol, cast
 from weakref import WeakValueDictionary
 
 from trm_store.errors import StoreError
@@ -46,6 +54,26 @@ __all__ = ["WriterLock", "writer_lock"]
 _WRITER_FILE = "{}-writer"
 
 
+class Holder(Protocol):
+    """A write transaction, as the lock sees it: whether its `with` block is over (it may
+    still hold the lock if an interrupt cut its release short)."""
+
+    ended: bool
+
+
+class _ThreadLock(Protocol):
+    """`threading.RLock`, with what CPython's has and typeshed leaves out: whether this thread
+    holds it (what tells a hold an interrupt left behind)."""
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool: ...
+    def release(self) -> None: ...
+    def _is_owned(self) -> bool: ...
+
+
+def _thread_lock() -> _ThreadLock:
+    return cast(_ThreadLock, threading.RLock())
+
+
 class WriterLock:
     """One database file's write lock, for the threads of this process and across processes:
     held from `BEGIN IMMEDIATE` to the end of the transaction, by at most one thread."""
@@ -54,9 +82,9 @@ class WriterLock:
         "__weakref__",
         "_close_fd",
         "_close_pending",
-        "_depth",
         "_fd",
         "_held",
+        "_holder",
         "_lock",
         "_stop_wait",
         "_timeout",
@@ -65,7 +93,7 @@ class WriterLock:
     )
 
     def __init__(self, where: str, timeout: float) -> None:
-        self._lock = threading.RLock()
+        self._lock = _thread_lock()
         self._timeout = timeout
         self._where = where
         self._fd: int | None = None
@@ -75,44 +103,70 @@ class WriterLock:
         self._wait: FlockWait | None = None
         """Waits for the file lock in the kernel when it is taken (made at the first time)."""
         self._stop_wait: weakref.finalize[[], WriterLock] | None = None
-        self._depth = 0
-        """How many times this thread holds `_lock` (the file lock is taken at the first)."""
+        self._holder: Holder | None = None
+        """The transaction that holds `_lock` (and the file lock) now, named once it took it."""
         self._close_pending = False
         """A store closed while a thread held or waited for the lock: that thread closes."""
 
-    def acquire(self) -> None:
-        """Wait for the lock as long as SQLite's busy timeout would have: StoreError after."""
+    def acquire(self, holder: Holder) -> None:
+        """Wait for the lock as long as SQLite's busy timeout would have: StoreError after.
+        Not taken if this thread's write to another store on the file holds it (SQLite's busy
+        handler then refuses `holder`'s `BEGIN IMMEDIATE`); a hold of this thread's that an
+        interrupt left behind is let go first."""
+        lock = self._lock
+        if lock._is_owned():
+            if (live := self._holder) is not None and not live.ended:
+                return
+            self.let_go_stale()
         deadline = time.monotonic() + self._timeout
-        if not self._lock.acquire(timeout=self._timeout):
+        if not lock.acquire(timeout=self._timeout):
             raise StoreError(
                 f"sqlite:///{self._where} stayed locked past the busy timeout: another thread "
                 "of this process held its write transaction open"
             )
+        self._holder = holder
         try:
-            if self._depth == 0:
-                self._lock_file(deadline)
+            self._lock_file(deadline)
         except BaseException:
-            self._let_go()
+            self.release(holder)
             raise
-        self._depth += 1
 
-    def release(self) -> None:
-        self._depth -= 1
-        try:
-            if self._depth == 0 and (held := self._held) is not None:
-                self._held = None
-                if held == self._fd:
-                    fcntl.flock(held, fcntl.LOCK_UN)
-                elif self._wait is not None:
-                    self._wait.give_back()
-        finally:
-            self._let_go()
+    def release(self, holder: Holder) -> None:
+        """Let go, if `holder` holds the lock. Each step is marked done before it is made: an
+        interrupt in between leaves the process's lock held by this thread, with no holder
+        named, which `let_go_stale` lets go."""
+        if self._holder is not holder:
+            return
+        self._holder = None
+        if (held := self._held) is not None:
+            self._held = None
+            if held == self._fd:
+                fcntl.flock(held, fcntl.LOCK_UN)
+            elif self._wait is not None:
+                self._wait.give_back()
+        self._let_go()
+
+    def let_go_stale(self) -> None:
+        """This thread's hold, if its holder has `ended` or was never named (an interrupt cut
+        `release` or `acquire` short), let go: the file unlocked through each descriptor that
+        may hold it (unlocking one that does not is harmless), then the process's lock."""
+        lock = self._lock
+        if not lock._is_owned() or ((holder := self._holder) is not None and not holder.ended):
+            return
+        self._holder = self._held = None
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        if self._wait is not None:
+            self._wait.give_back()
+        self._let_go()
+        while lock._is_owned():  # an interrupted `close_file` may have taken it once more
+            lock.release()
 
     def _let_go(self) -> None:
         """The process's lock, let go by the thread that holds it; the file closed first if a
         store closed meanwhile (`close_file`)."""
         try:
-            if self._depth == 0 and self._close_pending:
+            if self._holder is None and self._close_pending:
                 self._close_pending = False
                 self._forget_file()
         finally:
@@ -161,8 +215,8 @@ class WriterLock:
         (closing the inherited one leaves the parent's `flock` alone: the parent's descriptor
         still holds it). The parent's wait is dropped, its thread absent here
         (`flock_wait.forget_in_child` closes its descriptor)."""
-        self._lock = threading.RLock()
-        self._depth = 0
+        self._lock = _thread_lock()
+        self._holder = None
         self._close_pending = False
         if self._stop_wait is not None:
             self._stop_wait.detach()

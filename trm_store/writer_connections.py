@@ -102,6 +102,12 @@ class WriterConnections:
         mine.lease = _Lease(conn, self._open)  # the lease it replaces is dropped here
         return conn
 
+    def mine(self) -> Connection | None:
+        """This thread's connection, if it has one open."""
+        mine = self._mine
+        conn: Connection | None = getattr(mine, "conn", None)
+        return conn if conn is not None and mine.forks == _forks and not conn.closed else None
+
     def close(self) -> None:
         """Close every thread's connection once its write in flight, if any, has ended (each
         thread's next write opens a new one)."""

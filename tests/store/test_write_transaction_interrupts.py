@@ -1,0 +1,343 @@
+"""SQLite's write transaction under interrupts (`trm_store.sqlite_transaction`, under the
+writer lock of `trm_store.sqlite_writer_lock`): a KeyboardInterrupt, or whatever a signal
+handler raises, can land wherever that code calls a Python function, gets a call's result back
+or loops. Wherever it lands, once the interrupted thread has caught it: that thread appends
+again, the store's other threads and other processes append without waiting, a `store.close()`
+from another thread does not hang, and the log stays whole, the interrupted append written
+whole or not at all. Found by review: an interrupt as the transaction ended left the
+connection marked as writing (every later append of the thread refused as nested) and the
+writer lock held, the file's `flock` too, until the process exited.
+
+Each place is interrupted in turn, one run each (`InterruptAt`, as in
+tests/store/test_group_commit_interrupts.py), until a run passes fewer places than that.
+"""
+
+from __future__ import annotations
+
+import dis
+import fcntl
+import linecache
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+
+import trm_store.sqlite
+import trm_store.sqlite_transaction
+import trm_store.sqlite_writer_lock
+from tests.store.helpers import TOTALS, added, assert_log_is_whole, in_a_forked_child, log_of
+from trm_store import Store, open_store
+from trm_store.backend import Durability
+
+LIMIT = 30.0
+"""Seconds a thread may take to end."""
+QUICK = 1.0
+"""Seconds another thread's append may take: well under the busy timeout (`BUSY_S`)."""
+BUSY_S = 3
+"""The busy timeout the stores are opened with: a writer that waits this long fails."""
+
+_TRACED = {
+    trm_store.sqlite.__file__,
+    trm_store.sqlite_transaction.__file__,
+    trm_store.sqlite_writer_lock.__file__,
+}
+_CALLS = {dis.opmap["CALL"], dis.opmap["CALL_FUNCTION_EX"], dis.opmap["BEFORE_WITH"]}
+_WITH = dis.opmap["BEFORE_WITH"]
+_JUMP_BACK = dis.opmap["JUMP_BACKWARD"]
+
+
+class Interrupted(BaseException):
+    """What the tests raise in a thread: an interrupt, as KeyboardInterrupt is."""
+
+
+class InterruptAt:
+    """A trace function that raises `Interrupted` at the `at`-th place in this thread where the
+    traced modules' code can be interrupted, and again `then` places later if given (a second
+    Ctrl-C while the first is handled); `places` counts them.
+
+    The places, in the traced modules' frames: where each of their functions starts (whoever
+    calls it), where each function they call starts, after each call returns, at each loop's
+    jump back (the interpreter runs a signal's handler at these), and before each wait for a
+    lock (`with`, `acquire`: interrupted before it took the lock)."""
+
+    def __init__(self, at: int, then: int | None = None) -> None:
+        self.at = at
+        self.last = at if then is None else at + then
+        self.places = 0
+        self.where: list[str] = []
+        self._called: set[int] = set()
+        """The frames whose last instruction was a call."""
+
+    def _place(self, where: str) -> None:
+        self.places += 1
+        if self.places in (self.at, self.last):
+            self.where.append(where)
+            if self.places == self.last:
+                sys.settrace(None)
+            raise Interrupted(f"at place {self.places}: {where}")
+
+    def __call__(self, frame: FrameType, event: str, _arg: Any) -> InterruptAt | None:
+        if event == "call":
+            caller = frame.f_back
+            traced = frame.f_code.co_filename in _TRACED
+            if traced or (caller is not None and caller.f_code.co_filename in _TRACED):
+                self._place(f"start of {frame.f_code.co_qualname}")
+            if not traced:
+                return None
+            frame.f_trace_lines = False
+            frame.f_trace_opcodes = True
+            return self
+        if event == "exception":  # raised at the check after a call: that place is passed
+            self._called.discard(id(frame))
+        if event == "opcode":
+            op = frame.f_code.co_code[frame.f_lasti]
+            key = id(frame)
+            where = f"{frame.f_code.co_qualname}+{frame.f_lasti}"
+            if key in self._called:
+                self._called.discard(key)
+                self._place(f"after the call before {where}")
+            if op == _JUMP_BACK:
+                self._place(f"jump back at {where}")
+            elif op in _CALLS:
+                line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+                if op == _WITH or "acquire(" in line:
+                    self._place(f"before the wait at {where}")
+                self._called.add(key)
+        return self
+
+
+class Victim:
+    """A thread that appends traced by `tracer` (two events in one append: written whole or
+    not at all), then, told to go on, does `after` (another append, or `store.close()`)."""
+
+    def __init__(self, store: Store, run: str, tracer: InterruptAt, after: str) -> None:
+        self.outcome: list[object] = []
+        self.again: list[object] = []
+        self._go = threading.Event()
+
+        def run_it() -> None:
+            sys.settrace(tracer)
+            try:
+                self.outcome.append(store.append(f"{run}-v", [added(1), added(1)]))
+            except BaseException as e:
+                self.outcome.append(e)
+            finally:
+                sys.settrace(None)
+            assert self._go.wait(LIMIT)
+            try:
+                if after == "append":
+                    self.again.append(store.append(f"{run}-again", [added(2)]))
+                else:
+                    self.again.append(store.close())
+            except BaseException as e:
+                self.again.append(e)
+
+        self.thread = threading.Thread(target=run_it, daemon=True)
+        self.thread.start()
+
+    def interrupted(self) -> object:
+        """The first append's outcome."""
+        _wait_for(lambda: bool(self.outcome), "the victim's append returned")
+        return self.outcome[0]
+
+    def go_on(self) -> object:
+        """Its second step's outcome."""
+        self._go.set()
+        self.thread.join(LIMIT)
+        assert not self.thread.is_alive(), "the victim's second step never returned"
+        return self.again[0]
+
+
+def _wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + LIMIT
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.001)
+
+
+def _in_another_thread(call: Callable[[], object], within: float, what: object = "") -> object:
+    """`call`'s outcome (its result or the exception it raised), run in another thread, which
+    must end within `within` seconds."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as e:
+            outcome.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    thread.join(LIMIT)
+    assert not thread.is_alive(), "another thread's call never returned"
+    took = time.monotonic() - started
+    assert took < within, f"{what}: another thread's call took {took:.2f} s: it waited for a lock"
+    return outcome[0]
+
+
+def _in_a_child(url: str, stream: str) -> bytes:
+    """A forked child (its own locks and descriptors, as another process's) appends to the
+    file through a store of its own: b"ok", or what went wrong."""
+
+    def body() -> bytes:
+        try:
+            with open_store(url, projections=TOTALS) as child:
+                child.append(stream, [added(3)])
+            return b"ok"
+        except BaseException as e:
+            return repr(e).encode()
+
+    return in_a_forked_child(body)
+
+
+def _one_run(url: str, run: str, tracer: InterruptAt, durability: Durability, after: str) -> object:
+    """V appends, interrupted at `tracer`'s place; then (once the interrupt is caught, in an
+    order that needs no repair by V first unless it was interrupted twice) V appends again or
+    closes the store, another thread appends and closes the store, a child process appends.
+    V's first outcome, once the log is checked whole."""
+    store = open_store(url, projections=TOTALS, durability=durability)
+    try:
+        victim = Victim(store, run, tracer, after)
+        outcome = victim.interrupted()
+        twice = tracer.at != tracer.last
+        if twice:  # the repair may be V's to make: its next write, or its close
+            again = victim.go_on()
+            assert again is None if after == "close" else isinstance(again, list), again
+        what = f"{run}, interrupted {tracer.where}"
+        other = _in_another_thread(lambda: store.append(f"{run}-o", [added(4)]), QUICK, what)
+        assert isinstance(other, list), f"{what}: another thread's append: {other!r}"
+        assert _in_a_child(url, f"{run}-c") == b"ok", what
+        if not twice:
+            again = victim.go_on()
+            assert again is None if after == "close" else isinstance(again, list), again
+        assert _in_another_thread(store.close, QUICK, what) is None
+        streams = [e.stream_id for e in log_of(store)]
+    finally:
+        store.close()
+    with open_store(url, projections=TOTALS) as fresh:
+        assert_log_is_whole(fresh)
+    assert streams.count(f"{run}-v") in (0, 2), f"{run}: the interrupted append split"
+    if not isinstance(outcome, Interrupted):
+        assert streams.count(f"{run}-v") == 2, run
+    assert streams.count(f"{run}-o") == 1 and streams.count(f"{run}-c") == 1, run
+    assert streams.count(f"{run}-again") == (1 if after == "append" else 0), run
+    return outcome
+
+
+@pytest.mark.parametrize("durability", ["normal", "full"])
+@pytest.mark.parametrize(
+    ("then", "after"),
+    [(None, "append"), (None, "close"), (1, "append"), (1, "close"), (2, "append")],
+    ids=["once", "once-then-close", "twice", "twice-then-close", "twice-apart"],
+)
+def test_an_interrupt_at_any_place_of_a_write_transaction_leaves_nothing_held(
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    durability: Durability,
+    then: int | None,
+    after: str,
+) -> None:
+    """V's append is interrupted at its 1st, 2nd, ... place, one run each, until a run where V
+    passes fewer places than that; and again 1 or 2 places later (a second Ctrl-C while the
+    first is handled). Interrupted once, nothing stays held once V has caught it: another
+    thread and a child process append at once, then V appends again (or closes the store).
+    Interrupted twice, V's next append (or close) lets go of whatever the second interrupt
+    left held. The interrupted append is written whole or not at all."""
+    monkeypatch.setattr(trm_store.sqlite, "BUSY_TIMEOUT_MS", BUSY_S * 1000)
+    for at in range(1, 400):
+        tracer = InterruptAt(at, then)
+        outcome = _one_run(sqlite_url, f"r{at}", tracer, durability, after)
+        if tracer.places < at:  # V passed fewer places than `at`: each one was visited
+            assert isinstance(outcome, list), f"run {at}: {outcome!r}"
+            break
+        assert isinstance(outcome, Interrupted), f"run {at}: {outcome!r}"
+    else:
+        pytest.fail("V kept making calls: the runs never reached the end of its append")
+    assert at > 30  # the runs did interrupt V at many places
+
+
+def test_a_write_transaction_block_interrupted_as_it_ends_leaves_nothing_held(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`store.write_transaction()`, interrupted as its transaction ends, at each place: the
+    thread writes again, and another thread and a child process at once."""
+    monkeypatch.setattr(trm_store.sqlite, "BUSY_TIMEOUT_MS", BUSY_S * 1000)
+    with open_store(sqlite_url, projections=TOTALS) as store:
+        for at in range(1, 400):
+            tracer = InterruptAt(at)
+            outcome = _block_then_append(store, tracer, f"r{at}-again")
+            assert isinstance(outcome[1], list), f"run {at}: the thread's next append: {outcome}"
+            other = _in_another_thread(partial(store.append, f"r{at}-o", [added(2)]), QUICK, at)
+            assert isinstance(other, list), f"run {at}: {other!r}"
+            assert _in_a_child(sqlite_url, f"r{at}-c") == b"ok", at
+            if tracer.places < at:
+                assert outcome[0] is None, outcome
+                break
+            assert isinstance(outcome[0], Interrupted), f"run {at}: {outcome[0]!r}"
+        else:
+            pytest.fail("the runs never reached the end of the transaction")
+        assert_log_is_whole(store)
+        assert at > 5
+
+
+def _block_then_append(store: Store, tracer: InterruptAt, stream: str) -> list[object]:
+    """In a thread: a `store.write_transaction()` block whose end `tracer` traces, then an
+    append; the outcome of each (None, the events, or the exception raised)."""
+    outcome: list[object] = []
+
+    def block() -> None:
+        with store.write_transaction():
+            sys.settrace(tracer)  # the transaction's end only
+
+    def run() -> None:
+        for step in (block, lambda: store.append(stream, [added(1)])):
+            try:
+                outcome.append(step())
+            except BaseException as e:
+                outcome.append(e)
+            finally:
+                sys.settrace(None)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(LIMIT)
+    assert not thread.is_alive() and len(outcome) == 2, outcome
+    return outcome
+
+
+def test_the_writer_file_is_free_after_an_interrupt_as_the_lock_is_let_go(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The `flock` of `<file>-writer` itself, looked at from another open file (as another
+    process sees it), once an interrupt landed as the writer lock was let go and was caught."""
+    monkeypatch.setattr(trm_store.sqlite, "BUSY_TIMEOUT_MS", BUSY_S * 1000)
+    writer_file = Path(sqlite_url.removeprefix("sqlite:///") + "-writer")
+    with open_store(sqlite_url, projections=TOTALS) as store:
+        store.append("s", [added(1)])
+        lock = store._backend._writer_lock  # type: ignore[attr-defined]
+        release = type(lock).release
+
+        def interrupted_release(*args: Any) -> None:
+            type(lock).release = release  # once
+            raise Interrupted("as the lock was let go")
+
+        monkeypatch.setattr(type(lock), "release", interrupted_release)
+        with pytest.raises(Interrupted):
+            store.append("s", [added(2)])
+        fd = os.open(writer_file, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if still held
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+        store.append("s", [added(3)])
+        # Interrupted after its commit: written, its caller told it was interrupted.
+        assert [e.data["amount"] for e in log_of(store)] == [1, 2, 3]
