@@ -12,9 +12,7 @@ function's "call" event) visits every place a signal can interrupt it, one run p
 from __future__ import annotations
 
 import ctypes
-import dis
 import gc
-import linecache
 import os
 import signal
 import sys
@@ -29,14 +27,15 @@ from sqlalchemy import Connection, Table
 
 import trm_store.append_queue
 from tests.store.helpers import TOTALS, Totals, added, replayed_totals, totals, writing_held
+from tests.store.interrupt_places import LIMIT, InterruptAt, Interrupted, wait_for
 from trm_store import RecordedEvent, Store, open_store
 
-LIMIT = 30.0
-"""Seconds a thread may take to end (the queue's waits look again every 0.1 s)."""
+_QUEUE = trm_store.append_queue.__file__
 
 
-class Interrupted(BaseException):
-    """What the tests raise in a thread: an interrupt, as KeyboardInterrupt is."""
+def _queue_places(at: int, then: int | None = None) -> InterruptAt:
+    """Raises at the `at`-th place (and `then` places later) in the queue's code."""
+    return InterruptAt(at, then, traced={_QUEUE})
 
 
 class Slowed(Totals):
@@ -47,64 +46,6 @@ class Slowed(Totals):
     ) -> None:
         super().apply(conn, tables, events)
         time.sleep(0.02)
-
-
-_QUEUE = trm_store.append_queue.__file__
-_CALLS = {dis.opmap["CALL"], dis.opmap["CALL_FUNCTION_EX"], dis.opmap["BEFORE_WITH"]}
-_WITH = dis.opmap["BEFORE_WITH"]
-_JUMP_BACK = dis.opmap["JUMP_BACKWARD"]
-
-
-class InterruptAt:
-    """A trace function that raises `Interrupted` at the `at`-th place in this thread where
-    the queue's code can be interrupted, and again `then` places later if given (a second
-    Ctrl-C while the first is handled); `places` counts them.
-
-    The places, in `append_queue`'s frames: after each call returns, at each loop's jump back,
-    where each function the queue calls starts (the interpreter runs a signal's handler at
-    these), and before each wait for a lock (`with`, `acquire`: interrupted before it took the
-    lock)."""
-
-    def __init__(self, at: int, then: int | None = None) -> None:
-        self.at = at
-        self._last = at if then is None else at + then
-        self.places = 0
-        self._called: set[int] = set()
-        """The frames whose last instruction was a call."""
-
-    def _place(self, where: str) -> None:
-        self.places += 1
-        if self.places in (self.at, self._last):
-            if self.places == self._last:
-                sys.settrace(None)
-            raise Interrupted(f"at place {self.places}: {where}")
-
-    def __call__(self, frame: FrameType, event: str, _arg: Any) -> InterruptAt | None:
-        if event == "call":
-            caller = frame.f_back
-            if caller is not None and caller.f_code.co_filename == _QUEUE:
-                self._place(f"start of {frame.f_code.co_qualname}")
-            if frame.f_code.co_filename != _QUEUE:
-                return None
-            frame.f_trace_lines = False
-            frame.f_trace_opcodes = True
-            return self
-        if event == "exception":  # raised at the check after a call: that place is passed
-            self._called.discard(id(frame))
-        if event == "opcode":
-            op = frame.f_code.co_code[frame.f_lasti]
-            key = id(frame)
-            where = f"{frame.f_code.co_qualname}+{frame.f_lasti}"
-            if key in self._called:
-                self._called.discard(key)
-                self._place(f"after the call before {where}")
-            if op == _JUMP_BACK:
-                self._place(f"jump back at {where}")
-            elif op in _CALLS:
-                if op == _WITH or "acquire(" in linecache.getline(_QUEUE, frame.f_lineno):
-                    self._place(f"before the wait at {where}")
-                self._called.add(key)
-        return self
 
 
 def _in_thread(
@@ -143,13 +84,6 @@ def _in_thread(
     return joined
 
 
-def _wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + LIMIT
-    while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.001)
-
-
 def _check_whole(store: Store) -> list[RecordedEvent]:
     """The queue idle, the store still writing, the log and the projection whole."""
     queue = store._appends
@@ -175,11 +109,11 @@ def _one_run(
     queue = store._appends
     if victim_first:
         v = _in_thread(_appending(store, f"{run}-v", 1), tracer, time.monotonic)
-        _wait_for(lambda: queue._writing or not v.thread.is_alive(), "V writing")
+        wait_for(lambda: queue._writing or not v.thread.is_alive(), "V writing")
         others = [_in_thread(_appending(store, f"{run}-o{n}", n)) for n in (2, 3)]
     else:
         others = [_in_thread(_appending(store, f"{run}-o2", 2))]
-        _wait_for(lambda: queue._writing, "the first writer writing")
+        wait_for(lambda: queue._writing, "the first writer writing")
         v = _in_thread(_appending(store, f"{run}-v", 1), tracer, time.monotonic)
         others.append(_in_thread(_appending(store, f"{run}-o3", 3)))
     outcome = v()
@@ -232,7 +166,7 @@ def test_an_interrupt_at_any_place_in_the_queue_leaves_every_other_append_writte
     with open_store(sqlite_url, projections={"test_totals": Slowed()}) as store:
         seen = _WritesSeen(store._appends)
         for at in range(1, 400):
-            tracer = InterruptAt(at, then)
+            tracer = _queue_places(at, then)
             outcome = _one_run(store, seen, f"r{at}", tracer, victim_first)
             if tracer.places < at:  # V passed fewer places than `at`: each one was visited
                 assert isinstance(outcome, list), f"run {at}: {outcome!r}"
@@ -248,7 +182,7 @@ class AgainWhenHandled(InterruptAt):
     a second Ctrl-C while the first is being handled."""
 
     def __init__(self) -> None:
-        super().__init__(at=0)
+        super().__init__(at=0, traced={_QUEUE})
         self.seen: BaseException | None = None
         self.again: str | None = None
 
@@ -276,7 +210,7 @@ def test_a_second_interrupt_as_the_first_is_handled_never_writes_the_append(
         tracer = AgainWhenHandled()
         with writing_held(queue):
             v = _in_thread(_appending(store, "v", 1), tracer)
-            _wait_for(lambda: len(queue._queued) == 1, "V queued")
+            wait_for(lambda: len(queue._queued) == 1, "V queued")
             time.sleep(0.05)  # V waiting
             _interrupt(v.thread)
             outcome = v()
@@ -326,9 +260,9 @@ def test_a_caller_interrupted_while_its_group_is_written_is_not_written_after(
         queue = store._appends
         with writing_held(queue):
             w = _in_thread(lambda: store.append("w", [added(1)]))
-            _wait_for(lambda: len(queue._queued) == 1, "W queued")
+            wait_for(lambda: len(queue._queued) == 1, "W queued")
             m = _in_thread(lambda: store.append("m", [added(2)]))
-            _wait_for(lambda: len(queue._queued) == 2, "M queued")
+            wait_for(lambda: len(queue._queued) == 2, "M queued")
         assert projection.writing.wait(LIMIT)  # one of the two writes both
         writer, waiter = (w, m) if _writes(w) else (m, w)
         _interrupt(waiter.thread)

@@ -14,9 +14,7 @@ tests/store/test_group_commit_interrupts.py), until a run passes fewer places th
 
 from __future__ import annotations
 
-import dis
 import fcntl
-import linecache
 import os
 import sys
 import threading
@@ -24,7 +22,6 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import pytest
@@ -33,11 +30,10 @@ import trm_store.sqlite
 import trm_store.sqlite_transaction
 import trm_store.sqlite_writer_lock
 from tests.store.helpers import TOTALS, added, assert_log_is_whole, in_a_forked_child, log_of
+from tests.store.interrupt_places import LIMIT, InterruptAt, Interrupted, wait_for
 from trm_store import Store, open_store
 from trm_store.backend import Durability
 
-LIMIT = 30.0
-"""Seconds a thread may take to end."""
 QUICK = 1.0
 """Seconds another thread's append may take: well under the busy timeout (`BUSY_S`)."""
 BUSY_S = 3
@@ -48,69 +44,12 @@ _TRACED = {
     trm_store.sqlite_transaction.__file__,
     trm_store.sqlite_writer_lock.__file__,
 }
-_CALLS = {dis.opmap["CALL"], dis.opmap["CALL_FUNCTION_EX"], dis.opmap["BEFORE_WITH"]}
-_WITH = dis.opmap["BEFORE_WITH"]
-_JUMP_BACK = dis.opmap["JUMP_BACKWARD"]
 
 
-class Interrupted(BaseException):
-    """What the tests raise in a thread: an interrupt, as KeyboardInterrupt is."""
-
-
-class InterruptAt:
-    """A trace function that raises `Interrupted` at the `at`-th place in this thread where the
-    traced modules' code can be interrupted, and again `then` places later if given (a second
-    Ctrl-C while the first is handled); `places` counts them.
-
-    The places, in the traced modules' frames: where each of their functions starts (whoever
-    calls it), where each function they call starts, after each call returns, at each loop's
-    jump back (the interpreter runs a signal's handler at these), and before each wait for a
-    lock (`with`, `acquire`: interrupted before it took the lock)."""
-
-    def __init__(self, at: int, then: int | None = None) -> None:
-        self.at = at
-        self.last = at if then is None else at + then
-        self.places = 0
-        self.where: list[str] = []
-        self._called: set[int] = set()
-        """The frames whose last instruction was a call."""
-
-    def _place(self, where: str) -> None:
-        self.places += 1
-        if self.places in (self.at, self.last):
-            self.where.append(where)
-            if self.places == self.last:
-                sys.settrace(None)
-            raise Interrupted(f"at place {self.places}: {where}")
-
-    def __call__(self, frame: FrameType, event: str, _arg: Any) -> InterruptAt | None:
-        if event == "call":
-            caller = frame.f_back
-            traced = frame.f_code.co_filename in _TRACED
-            if traced or (caller is not None and caller.f_code.co_filename in _TRACED):
-                self._place(f"start of {frame.f_code.co_qualname}")
-            if not traced:
-                return None
-            frame.f_trace_lines = False
-            frame.f_trace_opcodes = True
-            return self
-        if event == "exception":  # raised at the check after a call: that place is passed
-            self._called.discard(id(frame))
-        if event == "opcode":
-            op = frame.f_code.co_code[frame.f_lasti]
-            key = id(frame)
-            where = f"{frame.f_code.co_qualname}+{frame.f_lasti}"
-            if key in self._called:
-                self._called.discard(key)
-                self._place(f"after the call before {where}")
-            if op == _JUMP_BACK:
-                self._place(f"jump back at {where}")
-            elif op in _CALLS:
-                line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
-                if op == _WITH or "acquire(" in line:
-                    self._place(f"before the wait at {where}")
-                self._called.add(key)
-        return self
+def _places(at: int, then: int | None = None) -> InterruptAt:
+    """Raises at the `at`-th place (and `then` places later) of the write transaction's code,
+    the start of each of its functions included."""
+    return InterruptAt(at, then, traced=_TRACED, own_starts=True)
 
 
 class Victim:
@@ -144,7 +83,7 @@ class Victim:
 
     def interrupted(self) -> object:
         """The first append's outcome."""
-        _wait_for(lambda: bool(self.outcome), "the victim's append returned")
+        wait_for(lambda: bool(self.outcome), "the victim's append returned")
         return self.outcome[0]
 
     def go_on(self) -> object:
@@ -153,13 +92,6 @@ class Victim:
         self.thread.join(LIMIT)
         assert not self.thread.is_alive(), "the victim's second step never returned"
         return self.again[0]
-
-
-def _wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + LIMIT
-    while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.001)
 
 
 def _in_another_thread(call: Callable[[], object], within: float, what: object = "") -> object:
@@ -253,7 +185,7 @@ def test_an_interrupt_at_any_place_of_a_write_transaction_leaves_nothing_held(
     left held. The interrupted append is written whole or not at all."""
     monkeypatch.setattr(trm_store.sqlite, "BUSY_TIMEOUT_MS", BUSY_S * 1000)
     for at in range(1, 400):
-        tracer = InterruptAt(at, then)
+        tracer = _places(at, then)
         outcome = _one_run(sqlite_url, f"r{at}", tracer, durability, after)
         if tracer.places < at:  # V passed fewer places than `at`: each one was visited
             assert isinstance(outcome, list), f"run {at}: {outcome!r}"
@@ -272,7 +204,7 @@ def test_a_write_transaction_block_interrupted_as_it_ends_leaves_nothing_held(
     monkeypatch.setattr(trm_store.sqlite, "BUSY_TIMEOUT_MS", BUSY_S * 1000)
     with open_store(sqlite_url, projections=TOTALS) as store:
         for at in range(1, 400):
-            tracer = InterruptAt(at)
+            tracer = _places(at)
             outcome = _block_then_append(store, tracer, f"r{at}-again")
             assert isinstance(outcome[1], list), f"run {at}: the thread's next append: {outcome}"
             other = _in_another_thread(partial(store.append, f"r{at}-o", [added(2)]), QUICK, at)
