@@ -338,3 +338,20 @@ def test_an_interrupt_just_after_begin_immediate_leaves_no_transaction_open(
         thread.join(30)
         assert other and isinstance(other[0], list), "the other thread's append failed"
         assert [e.stream_id for e in store.read_all()] == ["other"]
+
+
+def test_canary_the_thread_lock_tells_whether_this_thread_holds_it() -> None:
+    """The writer lock tells a hold an interrupt left behind by `RLock._is_owned()`, which
+    CPython's `threading.Condition` uses and typeshed leaves out (`_ThreadLock` in
+    `trm_store.sqlite_writer_lock`, its one user): owned by the thread that took it, by no
+    other, and by none once let go."""
+    lock = WriterLock("/nonexistent/trm-canary.db", 1.0)._lock
+    assert not lock._is_owned()
+    assert lock.acquire()
+    seen: list[bool] = []
+    other = threading.Thread(target=lambda: seen.append(lock._is_owned()))
+    other.start()
+    other.join()
+    assert lock._is_owned() and seen == [False]
+    lock.release()
+    assert not lock._is_owned()
