@@ -152,19 +152,14 @@ class AppendQueue:
         return written
 
     def _queue_and_write(self, mine: QueuedAppend) -> None:
-        """Write `mine` at once when no one is writing or waiting; else queue it and wait
-        until it is decided or no one is writing, and in that case write every queued append,
-        `mine` among them."""
+        """Queue `mine` and wait until it is decided or no one is writing, and in that case
+        write every queued append, `mine` among them."""
         lock = self._lock
         group: list[QueuedAppend] = []
         writing = False
         try:
             with lock:
-                if not (self._writing or self._queued):  # the usual: alone, written at once
-                    group = [mine]
-                    writing = self._writing = True  # no check for interrupts between
-                else:
-                    self._queued.append(mine)
+                self._queued.append(mine)
             while not writing:
                 with lock:
                     if mine.decided:

@@ -28,11 +28,14 @@ descriptor: a parent's thread that held one at the fork does not exist in the ch
 `flock` belongs to the open file, which an inherited descriptor shares with the parent.
 
 Interrupts (a KeyboardInterrupt, or whatever a signal handler raises) can cut `acquire` or
-`release` short between the steps the lock takes in C: the process's lock then stays held by its
-thread with no live holder named (`_holder` None, or a transaction that has `ended`).
-`let_go_stale` lets such a hold go, every descriptor's `flock` with it; the transaction's own
-clean-up calls it as the interrupt goes by, and `acquire` and a store's `close` on that thread
-call it too (`trm_store.sqlite_transaction` says when each runs).
+`release` short between the steps the lock takes in C, and a signal handler may write in
+between. So each thread names the transactions that take the lock (`_holders`) from before the
+process's lock is taken until after it is let go: a hold of this thread's whose holders have all
+`ended` was left behind by an interrupt, and `let_go_stale` lets it go, every descriptor's
+`flock` with it (the transaction's own clean-up calls it as the interrupt goes by, and
+`acquire` and a store's `close` on that thread call it too: `trm_store.sqlite_transaction` says
+when each runs); one with a holder that has not ended is live, whatever step it is at, and a
+write a signal handler makes meanwhile goes on without taking the lock again.
 """
 
 from __future__ import annotations
@@ -84,8 +87,8 @@ class WriterLock:
         "_close_pending",
         "_fd",
         "_held",
-        "_holder",
         "_lock",
+        "_mine",
         "_stop_wait",
         "_timeout",
         "_wait",
@@ -103,28 +106,41 @@ class WriterLock:
         self._wait: FlockWait | None = None
         """Waits for the file lock in the kernel when it is taken (made at the first time)."""
         self._stop_wait: weakref.finalize[[], WriterLock] | None = None
-        self._holder: Holder | None = None
-        """The transaction that holds `_lock` (and the file lock) now, named once it took it."""
+        self._mine = threading.local()
+        """`holders`: this thread's transactions that took the lock or are taking it, the last
+        one first to let it go (`_holders`)."""
         self._close_pending = False
         """A store closed while a thread held or waited for the lock: that thread closes."""
 
+    def _holders(self) -> list[Holder]:
+        """This thread's transactions that took the lock or are taking it: named before the
+        process's lock is taken, forgotten after it is let go. Several when a signal handler's
+        write came while the one before it waited for the lock."""
+        holders: list[Holder] | None = getattr(self._mine, "holders", None)
+        if holders is None:
+            holders = self._mine.holders = []
+        return holders
+
     def acquire(self, holder: Holder) -> None:
         """Wait for the lock as long as SQLite's busy timeout would have: StoreError after.
-        Not taken if this thread's write to another store on the file holds it (SQLite's busy
-        handler then refuses `holder`'s `BEGIN IMMEDIATE`); a hold of this thread's that an
-        interrupt left behind is let go first."""
+        Not taken if a live transaction of this thread holds it (a write to another store on
+        the file, or one a signal handler interrupted: SQLite's busy handler then decides
+        `holder`'s `BEGIN IMMEDIATE`); a hold of this thread's that an interrupt left behind is
+        let go first."""
         lock = self._lock
+        holders = self._holders()
         if lock._is_owned():
-            if (live := self._holder) is not None and not live.ended:
+            if not all(h.ended for h in holders):  # one is live
                 return
             self.let_go_stale()
+        holders.append(holder)
         deadline = time.monotonic() + self._timeout
         if not lock.acquire(timeout=self._timeout):
+            holders.remove(holder)
             raise StoreError(
                 f"sqlite:///{self._where} stayed locked past the busy timeout: another thread "
                 "of this process held its write transaction open"
             )
-        self._holder = holder
         try:
             self._lock_file(deadline)
         except BaseException:
@@ -132,41 +148,44 @@ class WriterLock:
             raise
 
     def release(self, holder: Holder) -> None:
-        """Let go, if `holder` holds the lock. Each step is marked done before it is made: an
-        interrupt in between leaves the process's lock held by this thread, with no holder
-        named, which `let_go_stale` lets go."""
-        if self._holder is not holder:
+        """Let go, if `holder` took the lock (else a live transaction of this thread holds it:
+        see `acquire`); `holder` forgotten only once the process's lock is let go."""
+        holders = self._holders()
+        if not holders or holders[-1] is not holder:
             return
-        self._holder = None
         if (held := self._held) is not None:
             self._held = None
             if held == self._fd:
                 fcntl.flock(held, fcntl.LOCK_UN)
             elif self._wait is not None:
                 self._wait.give_back()
-        self._let_go()
+        self._let_go(last=True)
+        holders.pop()
 
     def let_go_stale(self) -> None:
-        """This thread's hold, if its holder has `ended` or was never named (an interrupt cut
-        `release` or `acquire` short), let go: the file unlocked through each descriptor that
-        may hold it (unlocking one that does not is harmless), then the process's lock."""
+        """This thread's hold, if none of its holders is live (an interrupt cut `release` or
+        `acquire` short), let go: the file unlocked through each descriptor that may hold it
+        (unlocking one that does not is harmless), then the process's lock. Holders that have
+        ended are forgotten either way."""
         lock = self._lock
-        if not lock._is_owned() or ((holder := self._holder) is not None and not holder.ended):
+        holders = self._holders()
+        holders[:] = [h for h in holders if not h.ended]
+        if holders or not lock._is_owned():
             return
-        self._holder = self._held = None
+        self._held = None
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         if self._wait is not None:
             self._wait.give_back()
-        self._let_go()
+        self._let_go(last=True)
         while lock._is_owned():  # an interrupted `close_file` may have taken it once more
             lock.release()
 
-    def _let_go(self) -> None:
+    def _let_go(self, *, last: bool) -> None:
         """The process's lock, let go by the thread that holds it; the file closed first if a
-        store closed meanwhile (`close_file`)."""
+        store closed meanwhile (`close_file`) and this is the `last` of the thread's hold."""
         try:
-            if self._holder is None and self._close_pending:
+            if last and self._close_pending:
                 self._close_pending = False
                 self._forget_file()
         finally:
@@ -208,7 +227,7 @@ class WriterLock:
         if a thread of this process holds or waits for the lock, when it lets it go."""
         self._close_pending = True
         if self._lock.acquire(blocking=False):
-            self._let_go()
+            self._let_go(last=not self._holders())
 
     def forget_after_fork(self) -> None:
         """In a forked child: a fresh lock, and a descriptor of its own when it next writes
@@ -216,7 +235,7 @@ class WriterLock:
         still holds it). The parent's wait is dropped, its thread absent here
         (`flock_wait.forget_in_child` closes its descriptor)."""
         self._lock = _thread_lock()
-        self._holder = None
+        self._mine = threading.local()
         self._close_pending = False
         if self._stop_wait is not None:
             self._stop_wait.detach()

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,12 +32,12 @@ import trm_store.sqlite_transaction
 import trm_store.sqlite_writer_lock
 from tests.store.helpers import TOTALS, added, assert_log_is_whole, in_a_forked_child, log_of
 from tests.store.interrupt_places import LIMIT, InterruptAt, Interrupted, wait_for
-from trm_store import Store, open_store
+from trm_store import Store, StoreError, open_store
 from trm_store.backend import Durability
 
-QUICK = 1.0
+QUICK = 4.0
 """Seconds another thread's append may take: well under the busy timeout (`BUSY_S`)."""
-BUSY_S = 3
+BUSY_S = 5
 """The busy timeout the stores are opened with: a writer that waits this long fails."""
 
 _TRACED = {
@@ -273,3 +274,70 @@ def test_the_writer_file_is_free_after_an_interrupt_as_the_lock_is_let_go(
         store.append("s", [added(3)])
         # Interrupted after its commit: written, its caller told it was interrupted.
         assert [e.data["amount"] for e in log_of(store)] == [1, 2, 3]
+
+
+class HandlerAt(InterruptAt):
+    """Runs `handler` (what a signal handler may do) at the `at`-th place of the write
+    transaction's code, instead of raising there: the interrupted code then goes on."""
+
+    def __init__(self, at: int, handler: Callable[[], object]) -> None:
+        super().__init__(at, traced=_TRACED, own_starts=True)
+        self._handler = handler
+
+    def _place(self, where: str) -> None:
+        self.places += 1
+        if self.places == self.at:
+            sys.settrace(None)  # the handler's own write runs untraced
+            self.where.append(where)
+            self._handler()
+
+
+@pytest.mark.parametrize("durability", ["normal", "full"])
+@pytest.mark.parametrize("handler", ["appends", "closes"])
+def test_a_signal_handler_writing_to_another_store_at_any_place_leaves_the_write_alone(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, durability: Durability, handler: str
+) -> None:
+    """A signal handler runs at each place of an append in turn, one run each, and appends to
+    a second store on the same file (refused at its busy timeout while the first holds
+    SQLite's write lock) or closes it. The append it interrupted goes on: it returns, written
+    once, and leaves nothing held. Found by review: a handler that came while the writer lock
+    was being taken or let go found it held with no holder named, let it go from under the
+    writer, whose append then raised though written (a retry wrote it twice), or left the lock
+    to another thread for good."""
+    monkeypatch.setattr(trm_store.sqlite, "BUSY_TIMEOUT_MS", 200)
+    for at in range(1, 400):
+        first = open_store(sqlite_url, projections=TOTALS, durability=durability)
+        second = open_store(sqlite_url, projections=TOTALS, durability=durability)
+        try:
+
+            def handle(second: Store = second, stream: str = f"r{at}-h") -> None:
+                if handler == "closes":
+                    second.close()
+                    return
+                # Refused (its busy timeout) if it came while the first held SQLite's lock.
+                with suppress(StoreError):
+                    second.append(stream, [added(5)])
+
+            tracer = HandlerAt(at, handle)
+            sys.settrace(tracer)
+            try:
+                outcome: object = first.append(f"r{at}-v", [added(1), added(1)])
+            except BaseException as e:
+                outcome = e
+            finally:
+                sys.settrace(None)
+            what = f"run {at}, the handler at {tracer.where}"
+            assert isinstance(outcome, list), f"{what}: {outcome!r}"
+            other = _in_another_thread(partial(first.append, f"r{at}-o", [added(2)]), QUICK, what)
+            assert isinstance(other, list), f"{what}: another thread's append: {other!r}"
+            assert [e.stream_id for e in log_of(first)].count(f"r{at}-v") == 2, what
+        finally:
+            second.close()
+            first.close()
+        if tracer.places < at:
+            break
+    else:
+        pytest.fail("the runs never reached the end of the append")
+    with open_store(sqlite_url, projections=TOTALS) as store:
+        assert_log_is_whole(store)
+    assert at > 30
