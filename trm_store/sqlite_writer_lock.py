@@ -29,7 +29,7 @@ descriptor: a parent's thread that held one at the fork does not exist in the ch
 
 Interrupts (a KeyboardInterrupt, or whatever a signal handler raises) can cut `acquire` or
 `release` short between the steps the lock takes in C, and a signal handler may write in
-between. So each thread names the transactions that take the lock (`_holders`) from before the
+between. So each thread names the transactions that take the lock (`_mine`) from before the
 process's lock is taken until after it is let go: a hold of this thread's whose holders have all
 `ended` was left behind by an interrupt, and `let_go_stale` lets it go, every descriptor's
 `flock` with it (the transaction's own clean-up calls it as the interrupt goes by, and
@@ -107,19 +107,11 @@ class WriterLock:
         """Waits for the file lock in the kernel when it is taken (made at the first time)."""
         self._stop_wait: weakref.finalize[[], WriterLock] | None = None
         self._mine = threading.local()
-        """`holders`: this thread's transactions that took the lock or are taking it, the last
-        one first to let it go (`_holders`)."""
+        """`holders`: this thread's transactions that took the lock or are taking it, named
+        before the process's lock is taken and forgotten after it is let go; several when a
+        signal handler's write came while the one before it waited for the lock."""
         self._close_pending = False
         """A store closed while a thread held or waited for the lock: that thread closes."""
-
-    def _holders(self) -> list[Holder]:
-        """This thread's transactions that took the lock or are taking it: named before the
-        process's lock is taken, forgotten after it is let go. Several when a signal handler's
-        write came while the one before it waited for the lock."""
-        holders: list[Holder] | None = getattr(self._mine, "holders", None)
-        if holders is None:
-            holders = self._mine.holders = []
-        return holders
 
     def acquire(self, holder: Holder) -> None:
         """Wait for the lock as long as SQLite's busy timeout would have: StoreError after.
@@ -127,8 +119,11 @@ class WriterLock:
         the file, or one a signal handler interrupted: SQLite's busy handler then decides
         `holder`'s `BEGIN IMMEDIATE`); a hold of this thread's that an interrupt left behind is
         let go first."""
-        lock = self._lock
-        holders = self._holders()
+        lock, mine = self._lock, self._mine
+        try:
+            holders: list[Holder] = mine.holders
+        except AttributeError:  # this thread's first write
+            holders = mine.holders = []
         if lock._is_owned():
             if not all(h.ended for h in holders):  # one is live
                 return
@@ -150,7 +145,7 @@ class WriterLock:
     def release(self, holder: Holder) -> None:
         """Let go, if `holder` took the lock (else a live transaction of this thread holds it:
         see `acquire`); `holder` forgotten only once the process's lock is let go."""
-        holders = self._holders()
+        holders: list[Holder] = self._mine.holders  # named by `acquire`
         if not holders or holders[-1] is not holder:
             return
         if (held := self._held) is not None:
@@ -168,7 +163,7 @@ class WriterLock:
         (unlocking one that does not is harmless), then the process's lock. Holders that have
         ended are forgotten either way."""
         lock = self._lock
-        holders = self._holders()
+        holders: list[Holder] = getattr(self._mine, "holders", [])
         holders[:] = [h for h in holders if not h.ended]
         if holders or not lock._is_owned():
             return
@@ -227,7 +222,7 @@ class WriterLock:
         if a thread of this process holds or waits for the lock, when it lets it go."""
         self._close_pending = True
         if self._lock.acquire(blocking=False):
-            self._let_go(last=not self._holders())
+            self._let_go(last=not getattr(self._mine, "holders", None))
 
     def forget_after_fork(self) -> None:
         """In a forked child: a fresh lock, and a descriptor of its own when it next writes
