@@ -26,7 +26,7 @@ from trm_store.driver import send_bare
 from trm_store.errors import StoreError
 from trm_store.sqlite_writer_lock import WriterLock
 from trm_store.wal_sync import WAL_SYNCED, WalSync
-from trm_store.writer_connections import IN_USE
+from trm_store.writer_connections import CLOSE_AFTER, IN_USE
 
 __all__ = ["AppendTransaction", "finish_cut_short"]
 
@@ -58,6 +58,13 @@ def _rollback_quietly(conn: Connection, dbapi_connection: DBAPIConnection) -> No
     with suppress(Exception):
         if dbapi_connection.in_transaction:
             dbapi_connection.rollback()
+
+
+def _close_if_asked(conn: Connection, info: dict[str, object]) -> None:
+    """Close the connection if a `close` made while this thread wrote on it asked to
+    (`CLOSE_AFTER`), now that the write is over."""
+    if info.get(CLOSE_AFTER):
+        conn.close()
 
 
 def finish_cut_short(conn: Connection | None) -> None:
@@ -150,6 +157,7 @@ class AppendTransaction:
         finally:
             self._in_use.__exit__(None, None, None)
         self._info[_WRITING] = None
+        _close_if_asked(conn, self._info)
 
     def finish(self) -> None:
         """Once `ended`: let go of whatever this transaction still holds, if its connection
@@ -159,10 +167,17 @@ class AppendTransaction:
         info = self._info
         if info.get(_WRITING) is not self:
             return
+        conn = self._conn
         dbapi_connection = getattr(self, "_dbapi_connection", None)
         if dbapi_connection is not None:  # else no `BEGIN` was sent
-            _rollback_quietly(self._conn, dbapi_connection)
+            _rollback_quietly(conn, dbapi_connection)
+        if conn.invalidated:
+            # SQLAlchemy invalidates a connection that an interrupt cut short inside its own
+            # calls (its commit): closed, the thread's next write opens another.
+            with suppress(Exception):
+                conn.close()
         self._writer_lock.let_go_stale()
         if (in_use := info.get(IN_USE)) is not None and in_use._is_owned():
             in_use.release()
         info[_WRITING] = None
+        _close_if_asked(conn, info)

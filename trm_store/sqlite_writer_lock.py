@@ -30,12 +30,13 @@ descriptor: a parent's thread that held one at the fork does not exist in the ch
 Interrupts (a KeyboardInterrupt, or whatever a signal handler raises) can cut `acquire` or
 `release` short between the steps the lock takes in C, and a signal handler may write in
 between. So each thread names the transactions that take the lock (`_mine`) from before the
-process's lock is taken until after it is let go: a hold of this thread's whose holders have all
-`ended` was left behind by an interrupt, and `let_go_stale` lets it go, every descriptor's
-`flock` with it (the transaction's own clean-up calls it as the interrupt goes by, and
-`acquire` and a store's `close` on that thread call it too: `trm_store.sqlite_transaction` says
-when each runs); one with a holder that has not ended is live, whatever step it is at, and a
-write a signal handler makes meanwhile goes on without taking the lock again.
+process's lock is taken until after it is let go; the hold is the last one's (one named before
+it had not taken the lock: a signal handler's write came while it waited). A hold whose last
+holder has `ended` was left behind by an interrupt, and `let_go_stale` lets it go, every
+descriptor's `flock` with it (the transaction's own clean-up calls it as the interrupt goes by,
+and `acquire` and a store's `close` on that thread call it too: `trm_store.sqlite_transaction`
+says when each runs); one whose last holder has not ended is live, whatever step it is at, and
+a write a signal handler makes meanwhile goes on without taking the lock again.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ class WriterLock:
         except AttributeError:  # this thread's first write
             holders = mine.holders = []
         if lock._is_owned():
-            if not all(h.ended for h in holders):  # one is live
+            if holders and not holders[-1].ended:  # the hold is its last holder's: live
                 return
             self.let_go_stale()
         holders.append(holder)
@@ -158,23 +159,24 @@ class WriterLock:
         holders.pop()
 
     def let_go_stale(self) -> None:
-        """This thread's hold, if none of its holders is live (an interrupt cut `release` or
-        `acquire` short), let go: the file unlocked through each descriptor that may hold it
-        (unlocking one that does not is harmless), then the process's lock. Holders that have
-        ended are forgotten either way."""
+        """This thread's hold, if its last holder has ended (an interrupt cut `release` or
+        `acquire` short) or none is named, let go: the file unlocked through each descriptor
+        that may hold it (unlocking one that does not is harmless), then the process's lock.
+        The hold is the last holder's: one named before it had not taken the lock (a signal
+        handler's write came while it waited), or that one would not have been named. Holders
+        that have ended are forgotten either way."""
         lock = self._lock
         holders: list[Holder] = getattr(self._mine, "holders", [])
+        if lock._is_owned() and not (holders and not holders[-1].ended):
+            self._held = None
+            if self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            if self._wait is not None:
+                self._wait.give_back()
+            self._let_go(last=True)
+            while lock._is_owned():  # an interrupted `close_file` may have taken it once more
+                lock.release()
         holders[:] = [h for h in holders if not h.ended]
-        if holders or not lock._is_owned():
-            return
-        self._held = None
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-        if self._wait is not None:
-            self._wait.give_back()
-        self._let_go(last=True)
-        while lock._is_owned():  # an interrupted `close_file` may have taken it once more
-            lock.release()
 
     def _let_go(self, *, last: bool) -> None:
         """The process's lock, let go by the thread that holds it; the file closed first if a
@@ -195,13 +197,16 @@ class WriterLock:
             except OSError:
                 return  # SQLite's busy handler alone queues the processes, as it did before
             self._close_fd = weakref.finalize(self, os.close, self._fd)
+        # Named before it is taken: an interrupt as the lock is got still has it let go
+        # (unlocking a descriptor that holds nothing is harmless).
+        self._held = self._fd
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            self._held = self._fd
             return
         except BlockingIOError:
-            pass  # taken: wait for it
+            self._held = None  # taken: wait for it
         except OSError:
+            self._held = None
             return  # no locks on this file system: SQLite's busy handler queues the processes
         if self._wait is None:
             try:
@@ -209,9 +214,9 @@ class WriterLock:
             except (OSError, RuntimeError):
                 return  # no file, or no thread (interpreter shutdown): as without a file
             self._stop_wait = weakref.finalize(self, self._wait.close)
-        if self._wait.take(deadline - time.monotonic()):
-            self._held = self._wait.fd
-        else:
+        self._held = self._wait.fd  # named before it is taken, as above
+        if not self._wait.take(deadline - time.monotonic()):
+            self._held = None
             raise StoreError(
                 f"sqlite:///{self._where} stayed locked past the busy timeout: another "
                 "process held its write transaction open"
@@ -238,9 +243,12 @@ class WriterLock:
         self._forget_file()
 
     def _forget_file(self) -> None:
-        if self._close_fd is not None:
-            self._close_fd()
-        self._fd = self._close_fd = self._held = None
+        # Forgotten before it is closed: a number closed but still named here could be reused
+        # by another file, whose `flock` the next write would take and let go.
+        close_fd, self._close_fd = self._close_fd, None
+        self._fd = self._held = None
+        if close_fd is not None:
+            close_fd()
         if self._wait is not None and self._wait.close_if_idle():
             if self._stop_wait is not None:
                 self._stop_wait.detach()

@@ -153,9 +153,12 @@ class WalSync:
         return fd
 
     def _forget_fd(self) -> None:
-        if self._close_fd is not None:
-            self._close_fd()
-        self._fd = self._close_fd = None
+        # Forgotten before it is closed: a number closed but still named here could be reused
+        # by another file (the `-shm`), which the next sync would sync instead of the WAL.
+        close_fd, self._close_fd = self._close_fd, None
+        self._fd = None
+        if close_fd is not None:
+            close_fd()
 
     def _failure(self, error: OSError, doing: str) -> StoreError:
         after = "; the store writes no more until it is opened again" if doing == "syncing" else ""

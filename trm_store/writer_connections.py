@@ -29,10 +29,15 @@ import threading
 
 from sqlalchemy import Connection, Engine
 
-__all__ = ["IN_USE", "WriterConnections"]
+__all__ = ["CLOSE_AFTER", "IN_USE", "WriterConnections"]
 
 IN_USE = "trm_in_use"
 """The key, in a writer connection's `info`, of the lock its thread holds while it writes."""
+
+CLOSE_AFTER = "trm_close_after"
+"""Set, in a writer connection's `info`, by a `close` made on the thread writing on it (a
+signal handler's, or a projection's): the write ends first, then closes it. Closed under the
+write, its transaction rolled back, the write was told it was written."""
 
 _forks = 0
 """How many times this process's line has forked: a child sees one more than its parent saw."""
@@ -117,7 +122,11 @@ class WriterConnections:
                 conn = self._open.pop()
             except KeyError:
                 return
-            with conn.info[IN_USE]:
+            in_use = conn.info[IN_USE]
+            if in_use._is_owned():  # this thread is writing on it: see CLOSE_AFTER
+                conn.info[CLOSE_AFTER] = True
+                continue
+            with in_use:
                 conn.close()
 
     def _forget_the_parents(self) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sqlite3
 import sys
 import threading
 import time
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import Connection
 
 import trm_store.sqlite
 import trm_store.sqlite_transaction
@@ -131,6 +133,18 @@ def _in_a_child(url: str, stream: str) -> bytes:
     return in_a_forked_child(body)
 
 
+def _flock_free(url: str) -> bool:
+    """Whether another open file of `<file>-writer` (as another process) gets its `flock`."""
+    fd = os.open(url.removeprefix("sqlite:///") + "-writer", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
 def _one_run(url: str, run: str, tracer: InterruptAt, durability: Durability, after: str) -> object:
     """V appends, interrupted at `tracer`'s place; then (once the interrupt is caught, in an
     order that needs no repair by V first unless it was interrupted twice) V appends again or
@@ -141,6 +155,8 @@ def _one_run(url: str, run: str, tracer: InterruptAt, durability: Durability, af
         victim = Victim(store, run, tracer, after)
         outcome = victim.interrupted()
         twice = tracer.at != tracer.last
+        if not twice:  # nothing held once it was caught: the file lock included, at once
+            assert _flock_free(url), f"{run}, interrupted {tracer.where}: the -writer file held"
         if twice:  # the repair may be V's to make: its next write, or its close
             again = victim.go_on()
             assert again is None if after == "close" else isinstance(again, list), again
@@ -293,17 +309,19 @@ class HandlerAt(InterruptAt):
 
 
 @pytest.mark.parametrize("durability", ["normal", "full"])
-@pytest.mark.parametrize("handler", ["appends", "closes"])
+@pytest.mark.parametrize("handler", ["appends", "appends-refused", "closes"])
 def test_a_signal_handler_writing_to_another_store_at_any_place_leaves_the_write_alone(
     sqlite_url: str, monkeypatch: pytest.MonkeyPatch, durability: Durability, handler: str
 ) -> None:
     """A signal handler runs at each place of an append in turn, one run each, and appends to
     a second store on the same file (refused at its busy timeout while the first holds
-    SQLite's write lock) or closes it. The append it interrupted goes on: it returns, written
-    once, and leaves nothing held. Found by review: a handler that came while the writer lock
-    was being taken or let go found it held with no holder named, let it go from under the
-    writer, whose append then raised though written (a retry wrote it twice), or left the lock
-    to another thread for good."""
+    SQLite's write lock, or while another program does) or closes it. The append it
+    interrupted goes on: it returns, written once, and leaves nothing held. Found by review: a
+    handler that came while the writer lock was being taken or let go found it held with no
+    holder named, let it go from under the writer, whose append then raised though written (a
+    retry wrote it twice), or left the lock to another thread for good; and by a second
+    review: a handler's append refused while the first waited for the lock kept the lock after
+    the first's append returned."""
     monkeypatch.setattr(trm_store.sqlite, "BUSY_TIMEOUT_MS", 200)
     for at in range(1, 400):
         first = open_store(sqlite_url, projections=TOTALS, durability=durability)
@@ -314,9 +332,16 @@ def test_a_signal_handler_writing_to_another_store_at_any_place_leaves_the_write
                 if handler == "closes":
                     second.close()
                     return
-                # Refused (its busy timeout) if it came while the first held SQLite's lock.
-                with suppress(StoreError):
-                    second.append(stream, [added(5)])
+                foreign = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), timeout=0.2)
+                try:
+                    if handler == "appends-refused":  # another program writing: refused
+                        with suppress(sqlite3.OperationalError):  # unless the first is
+                            foreign.execute("BEGIN IMMEDIATE")
+                    # Refused (its busy timeout) if it came while the first held SQLite's lock.
+                    with suppress(StoreError):
+                        second.append(stream, [added(5)])
+                finally:
+                    foreign.close()
 
             tracer = HandlerAt(at, handle)
             sys.settrace(tracer)
@@ -341,3 +366,54 @@ def test_a_signal_handler_writing_to_another_store_at_any_place_leaves_the_write
     with open_store(sqlite_url, projections=TOTALS) as store:
         assert_log_is_whole(store)
     assert at > 30
+
+
+def test_an_interrupt_in_sqlalchemy_s_commit_leaves_the_thread_writing(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append whose projection runs SQLAlchemy statements commits through SQLAlchemy; an
+    interrupt at the start of the dialect's commit makes SQLAlchemy invalidate the connection.
+    Found by review: the thread kept that connection, and each of its later appends, and
+    `store.close()`, raised "Can't reconnect until invalid transaction is rolled back"."""
+    with open_store(sqlite_url, projections=TOTALS) as store:
+        store.append("warm", [added(1)])
+        dialect = type(store._backend.engine.dialect)  # type: ignore[attr-defined]
+        do_commit = dialect.do_commit
+
+        def interrupted(*args: Any) -> None:
+            monkeypatch.setattr(dialect, "do_commit", do_commit)  # once
+            raise Interrupted("at the start of do_commit")
+
+        monkeypatch.setattr(dialect, "do_commit", interrupted)
+        with pytest.raises(Interrupted):
+            store.append("cut", [added(2)])
+        store.append("again", [added(3)])
+        with store.write_transaction():
+            pass
+        assert [e.stream_id for e in log_of(store)] == ["warm", "again"]
+    assert _flock_free(sqlite_url)
+
+
+def test_a_store_closed_by_its_writing_thread_is_closed_once_the_write_ends(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal handler (or a projection) closes the store as the append it interrupted
+    commits: the connection is closed once the write ends, so the append is written and
+    returns, and the store is closed after it. Found by review: closed under the write, its
+    transaction rolled back, the append returned its events, which were never in the log."""
+    store = open_store(sqlite_url, projections=TOTALS)
+    store.append("warm", [added(1)])
+    commit = Connection.commit
+
+    def closed_first(self: Connection) -> None:
+        monkeypatch.setattr(Connection, "commit", commit)  # once
+        store.close()
+        commit(self)
+
+    monkeypatch.setattr(Connection, "commit", closed_first)
+    written = store.append("cut", [added(2)])
+    assert store._backend._writers.mine() is None  # type: ignore[attr-defined]  # closed after
+    with open_store(sqlite_url, projections=TOTALS) as again:
+        assert [e.stream_id for e in log_of(again)] == ["warm", "cut"]
+        assert [e.event_id for e in written] == [log_of(again)[-1].event_id]
+    assert _flock_free(sqlite_url)
