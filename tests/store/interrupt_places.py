@@ -106,3 +106,26 @@ def wait_for(condition: Callable[[], bool], what: str) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"never happened: {what}"
         time.sleep(0.001)
+
+
+def at_each_place(run: Callable[[int], tuple[InterruptAt, object]], *, more_than: int) -> None:
+    """`run(at)`, which traces a call with a tracer for place `at` and returns that tracer and
+    the call's outcome, for at = 1, 2, ... until a run passes fewer places than `at` (each
+    place was visited): every earlier outcome an `Interrupted`, that last one the call's result
+    (a list of events); more than `more_than` places in all (the runs did interrupt it)."""
+    for at in range(1, 400):
+        tracer, outcome = run(at)
+        if tracer.places < at:
+            assert isinstance(outcome, list), f"run {at}: {outcome!r}"
+            assert at > more_than, at
+            return
+        assert isinstance(outcome, Interrupted), f"run {at}: {outcome!r}"
+    raise AssertionError("the traced call kept making calls: the runs never reached its end")
+
+
+def outcome_of(call: Callable[[], object]) -> object:
+    """What `call` returned, or the exception it raised (an interrupt included)."""
+    try:
+        return call()
+    except BaseException as e:
+        return e

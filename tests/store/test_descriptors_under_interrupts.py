@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,7 @@ import trm_store.wal_sync
 from tests.store.helpers import TOTALS, added
 from tests.store.interrupt_places import InterruptAt, Interrupted
 from trm_store import open_store
+from trm_store.backend import Durability
 
 
 def _names_its_file_or_nothing(fd: int | None, path: str) -> bool:
@@ -47,35 +49,28 @@ def _at_each_place(traced: str, forget: Callable[[], object], check: Callable[[]
     pytest.fail("the runs never reached the end")
 
 
-def test_the_writer_lock_never_names_a_closed_descriptor(sqlite_url: str) -> None:
-    path = sqlite_url.removeprefix("sqlite:///")
-    with open_store(sqlite_url, projections=TOTALS) as store:
-        lock = store._backend._writer_lock  # type: ignore[attr-defined]
+@pytest.mark.parametrize(
+    ("durability", "keeper", "forget", "suffix", "module"),
+    [
+        ("normal", "_writer_lock", "_forget_file", "-writer", trm_store.sqlite_writer_lock),
+        ("full", "_wal_sync", "_forget_fd", "-wal", trm_store.wal_sync),
+    ],
+    ids=["writer-lock", "wal-sync"],
+)
+def test_a_kept_descriptor_is_never_named_once_closed(
+    sqlite_url: str, durability: Durability, keeper: str, forget: str, suffix: str, module: Any
+) -> None:
+    """The descriptor let go at each place in turn; after each, it names its file or nothing.
+    Each round's append opens it again (the lock's file, or the WAL for its sync)."""
+    path = sqlite_url.removeprefix("sqlite:///") + suffix
+    with open_store(sqlite_url, projections=TOTALS, durability=durability) as store:
+        kept = getattr(store._backend, keeper)
 
-        def forget() -> None:
-            store.append("s", [added(1)])  # opens the file again
-            lock._forget_file()
-
-        places = _at_each_place(
-            trm_store.sqlite_writer_lock.__file__,
-            forget,
-            lambda: _names_its_file_or_nothing(lock._fd, f"{path}-writer"),
-        )
-        assert places > 3
-
-
-def test_the_wal_sync_never_names_a_closed_descriptor(sqlite_url: str) -> None:
-    path = sqlite_url.removeprefix("sqlite:///")
-    with open_store(sqlite_url, projections=TOTALS, durability="full") as store:
-        sync = store._backend._wal_sync  # type: ignore[attr-defined]
-
-        def forget() -> None:
-            store.append("s", [added(1)])  # its sync opens the WAL again
-            sync._forget_fd()
+        def let_go() -> None:
+            store.append("s", [added(1)])
+            getattr(kept, forget)()
 
         places = _at_each_place(
-            trm_store.wal_sync.__file__,
-            forget,
-            lambda: _names_its_file_or_nothing(sync._fd, f"{path}-wal"),
+            module.__file__, let_go, lambda: _names_its_file_or_nothing(kept._fd, path)
         )
         assert places > 3

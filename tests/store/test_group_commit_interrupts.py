@@ -27,7 +27,14 @@ from sqlalchemy import Connection, Table
 
 import trm_store.append_queue
 from tests.store.helpers import TOTALS, Totals, added, replayed_totals, totals, writing_held
-from tests.store.interrupt_places import LIMIT, InterruptAt, Interrupted, wait_for
+from tests.store.interrupt_places import (
+    LIMIT,
+    InterruptAt,
+    Interrupted,
+    at_each_place,
+    outcome_of,
+    wait_for,
+)
 from trm_store import RecordedEvent, Store, open_store
 
 _QUEUE = trm_store.append_queue.__file__
@@ -62,12 +69,8 @@ def _in_thread(
     def run() -> None:
         if tracer is not None:
             sys.settrace(tracer)
-        try:
-            outcome.append(call())
-        except BaseException as e:
-            outcome.append(e)
-        finally:
-            sys.settrace(None)
+        outcome.append(outcome_of(call))
+        sys.settrace(None)
         if then is not None:
             after.append(then())
 
@@ -165,16 +168,12 @@ def test_an_interrupt_at_any_place_in_the_queue_leaves_every_other_append_writte
     or a second one as the first was handled, left V's append queued, to be written later."""
     with open_store(sqlite_url, projections={"test_totals": Slowed()}) as store:
         seen = _WritesSeen(store._appends)
-        for at in range(1, 400):
+
+        def run(at: int) -> tuple[InterruptAt, object]:
             tracer = _queue_places(at, then)
-            outcome = _one_run(store, seen, f"r{at}", tracer, victim_first)
-            if tracer.places < at:  # V passed fewer places than `at`: each one was visited
-                assert isinstance(outcome, list), f"run {at}: {outcome!r}"
-                break
-            assert isinstance(outcome, Interrupted), f"run {at}: {outcome!r}"
-        else:
-            pytest.fail("V kept making calls: the runs never reached the end of its append")
-        assert at > 15  # the runs did interrupt V at many places
+            return tracer, _one_run(store, seen, f"r{at}", tracer, victim_first)
+
+        at_each_place(run, more_than=15)
 
 
 class AgainWhenHandled(InterruptAt):

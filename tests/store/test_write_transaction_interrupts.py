@@ -33,7 +33,14 @@ import trm_store.sqlite
 import trm_store.sqlite_transaction
 import trm_store.sqlite_writer_lock
 from tests.store.helpers import TOTALS, added, assert_log_is_whole, in_a_forked_child, log_of
-from tests.store.interrupt_places import LIMIT, InterruptAt, Interrupted, wait_for
+from tests.store.interrupt_places import (
+    LIMIT,
+    InterruptAt,
+    Interrupted,
+    at_each_place,
+    outcome_of,
+    wait_for,
+)
 from trm_store import Store, StoreError, open_store
 from trm_store.backend import Durability
 
@@ -66,20 +73,13 @@ class Victim:
 
         def run_it() -> None:
             sys.settrace(tracer)
-            try:
-                self.outcome.append(store.append(f"{run}-v", [added(1), added(1)]))
-            except BaseException as e:
-                self.outcome.append(e)
-            finally:
-                sys.settrace(None)
+            self.outcome.append(outcome_of(lambda: store.append(f"{run}-v", [added(1), added(1)])))
+            sys.settrace(None)
             assert self._go.wait(LIMIT)
-            try:
-                if after == "append":
-                    self.again.append(store.append(f"{run}-again", [added(2)]))
-                else:
-                    self.again.append(store.close())
-            except BaseException as e:
-                self.again.append(e)
+            if after == "append":
+                self.again.append(outcome_of(lambda: store.append(f"{run}-again", [added(2)])))
+            else:
+                self.again.append(outcome_of(store.close))
 
         self.thread = threading.Thread(target=run_it, daemon=True)
         self.thread.start()
@@ -103,10 +103,7 @@ def _in_another_thread(call: Callable[[], object], within: float, what: object =
     outcome: list[object] = []
 
     def run() -> None:
-        try:
-            outcome.append(call())
-        except BaseException as e:
-            outcome.append(e)
+        outcome.append(outcome_of(call))
 
     thread = threading.Thread(target=run, daemon=True)
     started = time.monotonic()
@@ -201,16 +198,12 @@ def test_an_interrupt_at_any_place_of_a_write_transaction_leaves_nothing_held(
     Interrupted twice, V's next append (or close) lets go of whatever the second interrupt
     left held. The interrupted append is written whole or not at all."""
     monkeypatch.setattr(trm_store.sqlite, "BUSY_TIMEOUT_MS", BUSY_S * 1000)
-    for at in range(1, 400):
+
+    def run(at: int) -> tuple[InterruptAt, object]:
         tracer = _places(at, then)
-        outcome = _one_run(sqlite_url, f"r{at}", tracer, durability, after)
-        if tracer.places < at:  # V passed fewer places than `at`: each one was visited
-            assert isinstance(outcome, list), f"run {at}: {outcome!r}"
-            break
-        assert isinstance(outcome, Interrupted), f"run {at}: {outcome!r}"
-    else:
-        pytest.fail("V kept making calls: the runs never reached the end of its append")
-    assert at > 30  # the runs did interrupt V at many places
+        return tracer, _one_run(sqlite_url, f"r{at}", tracer, durability, after)
+
+    at_each_place(run, more_than=30)
 
 
 def test_a_write_transaction_block_interrupted_as_it_ends_leaves_nothing_held(
@@ -248,12 +241,8 @@ def _block_then_append(store: Store, tracer: InterruptAt, stream: str) -> list[o
 
     def run() -> None:
         for step in (block, lambda: store.append(stream, [added(1)])):
-            try:
-                outcome.append(step())
-            except BaseException as e:
-                outcome.append(e)
-            finally:
-                sys.settrace(None)
+            outcome.append(outcome_of(step))
+            sys.settrace(None)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -345,12 +334,8 @@ def test_a_signal_handler_writing_to_another_store_at_any_place_leaves_the_write
 
             tracer = HandlerAt(at, handle)
             sys.settrace(tracer)
-            try:
-                outcome: object = first.append(f"r{at}-v", [added(1), added(1)])
-            except BaseException as e:
-                outcome = e
-            finally:
-                sys.settrace(None)
+            outcome = outcome_of(partial(first.append, f"r{at}-v", [added(1), added(1)]))
+            sys.settrace(None)
             what = f"run {at}, the handler at {tracer.where}"
             assert isinstance(outcome, list), f"{what}: {outcome!r}"
             other = _in_another_thread(partial(first.append, f"r{at}-o", [added(2)]), QUICK, what)
