@@ -37,7 +37,7 @@ IN_USE = "trm_in_use"
 CLOSE_AFTER = "trm_close_after"
 """Set, in a writer connection's `info`, by a `close` made on the thread writing on it (a
 signal handler's, or a projection's): the write ends first, then closes it. Closed under the
-write, its transaction rolled back, the write was told it was written."""
+write, the connection would roll its transaction back while the write was told it was written."""
 
 _forks = 0
 """How many times this process's line has forked: a child sees one more than its parent saw."""
