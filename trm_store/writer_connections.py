@@ -63,13 +63,17 @@ class _Lease:
     """Held by the class, which outlives the module's globals at interpreter exit."""
 
     def __init__(self, conn: Connection, open_connections: set[Connection]) -> None:
+        open_connections.add(conn)  # first: an interrupt after it leaves it `close`'s to close
         self._conn, self._open, self._pid = conn, open_connections, os.getpid()
-        open_connections.add(conn)
 
     def __del__(self) -> None:
         # No lock: this runs in whichever thread drops the lease, even inside a garbage
         # collection there; whoever takes the connection out of `_open` closes it, once.
-        if self._getpid() != self._pid:
+        try:
+            pid = self._pid
+        except AttributeError:  # an interrupt cut `__init__` short: `close` closes it
+            return
+        if self._getpid() != pid:
             self._kept.append(self._conn)  # a forked child's: the parent's, never closed here
             return
         try:
@@ -103,8 +107,11 @@ class WriterConnections:
         conn = self._engine.connect()
         conn.connection.detach()
         conn.info[IN_USE] = threading.RLock()  # re-entrant: a thread may close its own store
-        mine.conn, mine.forks = conn, _forks
+        # Leased before it is named: wherever an interrupt lands, the thread never writes on a
+        # connection that `close` would miss (one leased and not named is closed with its
+        # lease, or by `close`; one that an interrupt left unleased is closed when collected).
         mine.lease = _Lease(conn, self._open)  # the lease it replaces is dropped here
+        mine.conn, mine.forks = conn, _forks
         return conn
 
     def mine(self) -> Connection | None:

@@ -11,7 +11,9 @@ import pytest
 from pydantic import BaseModel
 from sqlalchemy import Connection
 
+import trm_store.writer_connections
 from tests.store.helpers import in_a_forked_child
+from tests.store.interrupt_places import LIMIT, InterruptAt, at_each_place, outcome_of
 from trm_store import NewEvent, Store, StoreError, open_store, register_event_type
 from trm_store.sqlite import SqliteBackend
 from trm_store.writer_connections import WriterConnections
@@ -229,3 +231,38 @@ def test_closing_the_store_while_threads_append_is_safe(store_url: str) -> None:
         timeout=300,
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_an_interrupted_first_write_leaves_no_connection_that_close_misses(
+    sqlite_url: str,
+) -> None:
+    """A thread's connection opened and leased with an interrupt at each place in turn: the
+    connection the thread then names is closed, or one that `close` will close (found by
+    review: interrupted at the start of `_Lease.__init__`, the thread kept writing on a
+    connection `close` never closed)."""
+    with open_store(sqlite_url) as store:
+        kept = writers(store)
+
+        def open_interrupted(at: int) -> tuple[InterruptAt, object]:
+            tracer = InterruptAt(
+                at, traced={trm_store.writer_connections.__file__}, own_starts=True
+            )
+            outcome: list[object] = []
+
+            def first_write() -> None:
+                sys.settrace(tracer)
+                try:
+                    outcome.append(outcome_of(kept.current))
+                finally:
+                    sys.settrace(None)
+                named = getattr(kept._mine, "conn", None)
+                outcome.append(named is None or named.closed or named in kept._open)
+
+            thread = threading.Thread(target=first_write)
+            thread.start()
+            thread.join(LIMIT)
+            result, named_is_closable = outcome
+            assert named_is_closable, f"interrupted at {tracer.where}: a connection close misses"
+            return tracer, [result] if isinstance(result, Connection) else result
+
+        at_each_place(open_interrupted, more_than=5)
