@@ -17,17 +17,12 @@ from sqlalchemy import Connection, Table
 from sqlalchemy.exc import SQLAlchemyError
 
 from trm_store.append import Appender
+from trm_store.append_args import AppendItem, check_items
 from trm_store.backend import Backend, reading, store_error, writing
 from trm_store.errors import StaleProjectionError
 from trm_store.events import NewEvent, RecordedEvent
 from trm_store.log import head, read_batches, stream_events, stream_head
-from trm_store.prepare import (
-    AppendItem,
-    AppendPreparer,
-    check_items,
-    origin,
-    prepared_append,
-)
+from trm_store.prepare import AppendPreparer, origin, prepared_append
 from trm_store.prepared import PreparedEvent
 from trm_store.projection_rebuild import rebuild, verify
 from trm_store.projection_runner import Progress, ProjectionSet, requested, require_known

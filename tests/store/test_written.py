@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 import trm_store.written
 from tests.store.helpers import assert_log_is_whole, log_of, noted, run_and_compare
 from trm_store import NewEvent, RecordedEvent, Store
+from trm_store.append_args import AppendItem
 from trm_store.append_queue import QueuedAppend
-from trm_store.prepare import AppendItem, AppendPreparer
+from trm_store.prepare import AppendPreparer
 from trm_store.written import Written
 
 
