@@ -243,11 +243,17 @@ class Appender:
         previous_head = read.log_head
         first_stream = appends[0][0].stream_id
         versions = {first_stream: read.stream_version}
-        others = list(
-            {item.stream_id: None for a in appends for item in a if item.stream_id != first_stream}
-        )
-        if others:
-            versions.update(stream_heads(conn, others))
+        if len(appends) > 1 or len(appends[0]) > 1:  # else (most appends) no other stream
+            others = list(
+                {
+                    item.stream_id: None
+                    for a in appends
+                    for item in a
+                    if item.stream_id != first_stream
+                }
+            )
+            if others:
+                versions.update(stream_heads(conn, others))
         position = previous_head
         now = datetime.now(UTC)
         stored_now = now if self._stored_time is None else self._stored_time(now)
