@@ -52,6 +52,7 @@ from weakref import WeakValueDictionary
 
 from trm_store.errors import StoreError
 from trm_store.flock_wait import FlockWait, forget_in_child
+from trm_store.kept_fd import open_kept
 
 __all__ = ["WriterLock", "writer_lock"]
 
@@ -101,7 +102,7 @@ class WriterLock:
         self._timeout = timeout
         self._where = where
         self._fd: int | None = None
-        self._close_fd: weakref.finalize[[int], WriterLock] | None = None
+        self._close_fd: weakref.finalize[[list[int]], object] | None = None
         self._held: int | None = None
         """The descriptor that holds the file lock now: `_fd`, or `_wait`'s."""
         self._wait: FlockWait | None = None
@@ -191,12 +192,11 @@ class WriterLock:
     def _lock_file(self, deadline: float) -> None:
         if self._fd is None:
             try:
-                self._fd = os.open(
-                    _WRITER_FILE.format(self._where), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
+                self._fd, self._close_fd = open_kept(
+                    self, _WRITER_FILE.format(self._where), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
                 )
             except OSError:
                 return  # SQLite's busy handler alone queues the processes, as it did before
-            self._close_fd = weakref.finalize(self, os.close, self._fd)
         # Named before it is taken: an interrupt as the lock is got still has it let go
         # (unlocking a descriptor that holds nothing is harmless).
         self._held = self._fd

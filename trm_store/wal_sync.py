@@ -54,6 +54,7 @@ import weakref
 from contextlib import suppress
 
 from trm_store.errors import StoreError
+from trm_store.kept_fd import open_kept
 
 __all__ = ["WAL_SYNCED", "WalSync"]
 
@@ -79,7 +80,7 @@ class WalSync:
         self._describe = describe
         self._path: str | None = None
         self._fd: int | None = None
-        self._close_fd: weakref.finalize[[int], WalSync] | None = None
+        self._close_fd: weakref.finalize[[list[int]], object] | None = None
         self.failed: StoreError | None = None
         """The first failed sync's error: the store writes no more (the module says why)."""
         self._fresh()
@@ -147,9 +148,9 @@ class WalSync:
         self._forget_fd()
         if self._path is None:
             raise FileNotFoundError("no connection of the store has opened the database")
-        fd = self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
-        self._close_fd = weakref.finalize(self, os.close, fd)
-        self._close_fd.atexit = False  # at exit a daemon thread may still be syncing on it
+        # Not closed at exit: a daemon thread may still be syncing on it.
+        fd, self._close_fd = open_kept(self, self._path, os.O_RDONLY | os.O_CLOEXEC, at_exit=False)
+        self._fd = fd
         return fd
 
     def _forget_fd(self) -> None:

@@ -1,11 +1,14 @@
 """A descriptor the store keeps (the writer lock's `-writer` file, the WAL that
 `durability="full"` syncs) is forgotten before it is closed: wherever an interrupt lands as it
 is let go, the store never names a closed number, which the next open of any file may reuse.
-Found by review: an interrupt right after the close left the number named; reused, the next
-write took and let go another file's `flock`, or synced the `-shm` instead of the WAL."""
+And wherever one lands as it is opened, it is never lost: closed once the store is closed and
+collected. Found by review: an interrupt right after the close left the number named; reused,
+the next write took and let go another file's `flock`, or synced the `-shm` instead of the WAL;
+an interrupt between the open and the making of its finalizer left it open for good."""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Callable
@@ -13,6 +16,7 @@ from typing import Any
 
 import pytest
 
+import trm_store.kept_fd
 import trm_store.sqlite_writer_lock
 import trm_store.wal_sync
 from tests.store.helpers import TOTALS, added
@@ -31,11 +35,13 @@ def _names_its_file_or_nothing(fd: int | None, path: str) -> bool:
         return False
 
 
-def _at_each_place(traced: str, forget: Callable[[], object], check: Callable[[], bool]) -> int:
-    """`forget` interrupted at its 1st, 2nd, ... place in the `traced` file, one run each,
-    `check` after each; how many places there were."""
+def _at_each_place(
+    traced: set[str], forget: Callable[[], object], check: Callable[[], bool], broken: str
+) -> int:
+    """`forget` interrupted at its 1st, 2nd, ... place in the `traced` files, one run each,
+    `check` after each (`broken`: what it found if it fails); how many places there were."""
     for at in range(1, 100):
-        tracer = InterruptAt(at, traced={traced}, own_starts=True)
+        tracer = InterruptAt(at, traced=traced, own_starts=True)
         sys.settrace(tracer)
         try:
             forget()
@@ -43,7 +49,7 @@ def _at_each_place(traced: str, forget: Callable[[], object], check: Callable[[]
             pass
         finally:
             sys.settrace(None)
-        assert check(), f"interrupted at {tracer.where}: a closed or foreign descriptor named"
+        assert check(), f"interrupted at {tracer.where}: {broken}"
         if tracer.places < at:
             return at
     pytest.fail("the runs never reached the end")
@@ -71,6 +77,65 @@ def test_a_kept_descriptor_is_never_named_once_closed(
             getattr(kept, forget)()
 
         places = _at_each_place(
-            module.__file__, let_go, lambda: _names_its_file_or_nothing(kept._fd, path)
+            {module.__file__},
+            let_go,
+            lambda: _names_its_file_or_nothing(kept._fd, path),
+            "a closed or foreign descriptor named",
         )
         assert places > 3
+
+
+def _open_on(path: str) -> int:
+    """How many of this process's descriptors are open on the file at `path`, or on one that
+    was there and is deleted (SQLite deletes the WAL as the last connection closes)."""
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # the listing's own descriptor, closed by now
+        count += target in (path, f"{path} (deleted)")
+    return count
+
+
+@pytest.mark.parametrize(
+    ("durability", "keeper", "forget", "suffix", "module"),
+    [
+        ("normal", "_writer_lock", "_forget_file", "-writer", trm_store.sqlite_writer_lock),
+        ("full", "_wal_sync", "_forget_fd", "-wal", trm_store.wal_sync),
+    ],
+    ids=["writer-lock", "wal-sync"],
+)
+def test_a_kept_descriptor_is_never_lost_as_it_is_opened(
+    sqlite_url: str, durability: Durability, keeper: str, forget: str, suffix: str, module: Any
+) -> None:
+    """The descriptor let go, then opened again by an append interrupted at each place in
+    turn; after each, once the store is closed and collected, no descriptor of the process
+    is open on the file."""
+    path = sqlite_url.removeprefix("sqlite:///") + suffix
+    traced = {module.__file__, trm_store.kept_fd.__file__}
+
+    def reopened() -> None:
+        store.append("s", [added(1)])
+
+    def none_left() -> bool:
+        nonlocal store, kept
+        kept = None
+        store.close()
+        store = None
+        gc.collect()
+        left = _open_on(path)
+        store = open_store(sqlite_url, projections=TOTALS, durability=durability)
+        store.append("s", [added(1)])  # the file is there, and the store writes
+        kept = getattr(store._backend, keeper)
+        getattr(kept, forget)()  # the next run's append opens it again
+        return left == 0
+
+    store: Any = open_store(sqlite_url, projections=TOTALS, durability=durability)
+    store.append("s", [added(1)])
+    kept: Any = getattr(store._backend, keeper)
+    getattr(kept, forget)()
+    try:
+        assert _at_each_place(traced, reopened, none_left, "a descriptor left open") > 3
+    finally:
+        store.close()
