@@ -110,8 +110,13 @@ class WriterConnections:
         # Leased before it is named: wherever an interrupt lands, the thread never writes on a
         # connection that `close` would miss (one leased and not named is closed with its
         # lease, or by `close`; one that an interrupt left unleased is closed when collected).
-        mine.lease = _Lease(conn, self._open)  # the lease it replaces is dropped here
+        # The lease it replaces is dropped only once it is named: its `__del__` is Python code,
+        # where a signal handler's append would find the replaced connection named, closed,
+        # and lease another in turn, dropping (closing) this one.
+        replaced = getattr(mine, "lease", None)
+        mine.lease = _Lease(conn, self._open)
         mine.conn, mine.forks = conn, _forks
+        del replaced
         return conn
 
     def mine(self) -> Connection | None:

@@ -3,9 +3,11 @@ when their thread ends, fork-safe, never nested."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
+from types import FrameType
 
 import pytest
 from pydantic import BaseModel
@@ -266,3 +268,34 @@ def test_an_interrupted_first_write_leaves_no_connection_that_close_misses(
             return tracer, [result] if isinstance(result, Connection) else result
 
         at_each_place(open_interrupted, more_than=5)
+
+
+def test_a_signal_handler_that_appends_as_the_old_lease_goes_leaves_the_append_its_connection(
+    sqlite_url: str,
+) -> None:
+    """After `store.close()`, the thread's next write leases a new connection and drops the
+    old lease, whose `__del__` is Python code: a signal handler that appends runs there. Found
+    by review: the handler found the old, closed connection named, leased another and so
+    closed the new one, and the interrupted append failed on it."""
+    handled: list[object] = []
+
+    def handler(_signum: int, _frame: object) -> None:
+        handled.extend(store.append("handler", ping(2)))
+
+    def raise_as_the_lease_goes(frame: FrameType, event: str, _arg: object) -> None:
+        if event == "call" and frame.f_code.co_qualname == "_Lease.__del__":
+            sys.settrace(None)
+            signal.raise_signal(signal.SIGUSR1)  # pending: its handler runs as `__del__` starts
+
+    with open_store(sqlite_url) as store:
+        store.append("s", ping(1))  # this thread's connection, and its lease
+        store.close()  # closes it; the next write opens another
+        previous = signal.signal(signal.SIGUSR1, handler)
+        sys.settrace(raise_as_the_lease_goes)
+        try:
+            store.append("s", ping(3))
+        finally:
+            sys.settrace(None)
+            signal.signal(signal.SIGUSR1, previous)
+        assert handled, "the handler never ran"
+        assert [e.data["n"] for e in store.read_all()] == [1, 2, 3]
