@@ -52,7 +52,7 @@ from weakref import WeakValueDictionary
 
 from trm_store.errors import StoreError
 from trm_store.flock_wait import FlockWait, forget_in_child
-from trm_store.kept_fd import open_kept
+from trm_store.kept_fd import CannotOpen, close_kept, open_kept
 
 __all__ = ["WriterLock", "writer_lock"]
 
@@ -195,7 +195,7 @@ class WriterLock:
                 self._fd, self._close_fd = open_kept(
                     self, _WRITER_FILE.format(self._where), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
                 )
-            except OSError:
+            except CannotOpen:
                 return  # SQLite's busy handler alone queues the processes, as it did before
         # Named before it is taken: an interrupt as the lock is got still has it let go
         # (unlocking a descriptor that holds nothing is harmless).
@@ -248,7 +248,7 @@ class WriterLock:
         close_fd, self._close_fd = self._close_fd, None
         self._fd = self._held = None
         if close_fd is not None:
-            close_fd()
+            close_kept(close_fd)
         if self._wait is not None and self._wait.close_if_idle():
             if self._stop_wait is not None:
                 self._stop_wait.detach()

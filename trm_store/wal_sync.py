@@ -54,7 +54,7 @@ import weakref
 from contextlib import suppress
 
 from trm_store.errors import StoreError
-from trm_store.kept_fd import open_kept
+from trm_store.kept_fd import CannotOpen, close_kept, open_kept
 
 __all__ = ["WAL_SYNCED", "WalSync"]
 
@@ -106,7 +106,7 @@ class WalSync:
             self._path = f"{files['main']}-wal"
             try:
                 self._keep_open()
-            except OSError:
+            except CannotOpen:
                 return False
         return True
 
@@ -126,11 +126,13 @@ class WalSync:
                 # has closed, the committing one too, and the next one's `watch` opens anew
                 # (an `fstat` here, to look, cost ~40 us a sync, measured).
                 fd = self._fd if self._fd is not None else self._keep_open()
-            except OSError as e:
-                raise self._failure(e, "opening") from e
+            except CannotOpen as e:
+                raise self._failure(e.error, "opening") from e.error
             try:
                 _datasync(fd)
             except OSError as e:
+                if e.errno is None:  # a signal handler's, raised as the sync waited: not the disk's
+                    raise  # (the sync is not counted: the next write makes it again)
                 if e.errno == errno.EBADF:  # the descriptor closed under us: no page lost
                     self._forget_fd()
                     raise self._failure(e, "reaching") from e
@@ -147,7 +149,8 @@ class WalSync:
                     return fd
         self._forget_fd()
         if self._path is None:
-            raise FileNotFoundError("no connection of the store has opened the database")
+            missing = FileNotFoundError("no connection of the store has opened the database")
+            raise CannotOpen(missing)
         # Not closed at exit: a daemon thread may still be syncing on it.
         fd, self._close_fd = open_kept(self, self._path, os.O_RDONLY | os.O_CLOEXEC, at_exit=False)
         self._fd = fd
@@ -159,7 +162,7 @@ class WalSync:
         close_fd, self._close_fd = self._close_fd, None
         self._fd = None
         if close_fd is not None:
-            close_fd()
+            close_kept(close_fd)
 
     def _failure(self, error: OSError, doing: str) -> StoreError:
         after = "; the store writes no more until it is opened again" if doing == "syncing" else ""

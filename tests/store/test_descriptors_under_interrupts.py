@@ -139,3 +139,43 @@ def test_a_kept_descriptor_is_never_lost_as_it_is_opened(
         assert _at_each_place(traced, reopened, none_left, "a descriptor left open") > 3
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    ("durability", "suffix", "module"),
+    [("normal", "-writer", trm_store.sqlite_writer_lock), ("full", "-wal", trm_store.wal_sync)],
+    ids=["writer-lock", "wal-sync"],
+)
+def test_a_kept_descriptor_is_never_lost_as_the_store_closes(
+    sqlite_url: str, durability: Durability, suffix: str, module: Any
+) -> None:
+    """`store.close()` interrupted at each place in turn (in the keeper and in
+    `trm_store.kept_fd`), then closed again, as a program that caught the interrupt would:
+    once the store is collected, no descriptor is open on the file. Found by review:
+    interrupted as `weakref.finalize` called its function, the descriptor was named by no one
+    and closed by no one."""
+    path = sqlite_url.removeprefix("sqlite:///") + suffix
+    traced = {module.__file__, trm_store.kept_fd.__file__}
+    store: Any = None
+
+    def written() -> None:
+        nonlocal store
+        store = open_store(sqlite_url, projections=TOTALS, durability=durability)
+        store.append("s", [added(1)])
+
+    def closed_and_gone() -> bool:
+        nonlocal store
+        store.close()
+        store = None
+        gc.collect()
+        left = _open_on(path)
+        written()
+        return left == 0
+
+    written()
+    try:
+        assert (
+            _at_each_place(traced, lambda: store.close(), closed_and_gone, "a descriptor lost") > 3
+        )
+    finally:
+        store.close()
