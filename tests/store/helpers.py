@@ -253,3 +253,16 @@ def run_and_compare(
     assert all(log[e.event_id] == e for r in returned for e in r)
     assert_log_is_whole(store)
     return log
+
+
+def open_on(path: str) -> int:
+    """How many of this process's descriptors are open on the file at `path`, or on one that
+    was there and is deleted (SQLite deletes the WAL as the last connection closes)."""
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # the listing's own descriptor, closed by now
+        count += target in (path, f"{path} (deleted)")
+    return count

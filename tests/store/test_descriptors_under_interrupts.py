@@ -19,7 +19,7 @@ import pytest
 import trm_store.kept_fd
 import trm_store.sqlite_writer_lock
 import trm_store.wal_sync
-from tests.store.helpers import TOTALS, added
+from tests.store.helpers import TOTALS, added, open_on
 from tests.store.interrupt_places import InterruptAt, Interrupted
 from trm_store import open_store
 from trm_store.backend import Durability
@@ -33,6 +33,18 @@ def _names_its_file_or_nothing(fd: int | None, path: str) -> bool:
         return os.path.samestat(os.fstat(fd), os.stat(path))
     except OSError:
         return False
+
+
+_KEEPERS = pytest.mark.parametrize(
+    ("durability", "keeper", "forget", "suffix", "module"),
+    [
+        ("normal", "_writer_lock", "_forget_file", "-writer", trm_store.sqlite_writer_lock),
+        ("full", "_wal_sync", "_forget_fd", "-wal", trm_store.wal_sync),
+    ],
+    ids=["writer-lock", "wal-sync"],
+)
+"""Each kept descriptor: the durability that keeps it, its keeper in the backend, the keeper's
+method that lets it go, its file's suffix, the keeper's module."""
 
 
 def _at_each_place(
@@ -55,14 +67,7 @@ def _at_each_place(
     pytest.fail("the runs never reached the end")
 
 
-@pytest.mark.parametrize(
-    ("durability", "keeper", "forget", "suffix", "module"),
-    [
-        ("normal", "_writer_lock", "_forget_file", "-writer", trm_store.sqlite_writer_lock),
-        ("full", "_wal_sync", "_forget_fd", "-wal", trm_store.wal_sync),
-    ],
-    ids=["writer-lock", "wal-sync"],
-)
+@_KEEPERS
 def test_a_kept_descriptor_is_never_named_once_closed(
     sqlite_url: str, durability: Durability, keeper: str, forget: str, suffix: str, module: Any
 ) -> None:
@@ -85,27 +90,7 @@ def test_a_kept_descriptor_is_never_named_once_closed(
         assert places > 3
 
 
-def _open_on(path: str) -> int:
-    """How many of this process's descriptors are open on the file at `path`, or on one that
-    was there and is deleted (SQLite deletes the WAL as the last connection closes)."""
-    count = 0
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue  # the listing's own descriptor, closed by now
-        count += target in (path, f"{path} (deleted)")
-    return count
-
-
-@pytest.mark.parametrize(
-    ("durability", "keeper", "forget", "suffix", "module"),
-    [
-        ("normal", "_writer_lock", "_forget_file", "-writer", trm_store.sqlite_writer_lock),
-        ("full", "_wal_sync", "_forget_fd", "-wal", trm_store.wal_sync),
-    ],
-    ids=["writer-lock", "wal-sync"],
-)
+@_KEEPERS
 def test_a_kept_descriptor_is_never_lost_as_it_is_opened(
     sqlite_url: str, durability: Durability, keeper: str, forget: str, suffix: str, module: Any
 ) -> None:
@@ -124,7 +109,7 @@ def test_a_kept_descriptor_is_never_lost_as_it_is_opened(
         store.close()
         store = None
         gc.collect()
-        left = _open_on(path)
+        left = open_on(path)
         store = open_store(sqlite_url, projections=TOTALS, durability=durability)
         store.append("s", [added(1)])  # the file is there, and the store writes
         kept = getattr(store._backend, keeper)
@@ -168,7 +153,7 @@ def test_a_kept_descriptor_is_never_lost_as_the_store_closes(
         store.close()
         store = None
         gc.collect()
-        left = _open_on(path)
+        left = open_on(path)
         written()
         return left == 0
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import trm_store.kept_fd
-from tests.store.helpers import TOTALS, added
+from tests.store.helpers import TOTALS, added, open_on
 from tests.store.interrupt_places import InterruptAt, Interrupted
 from trm_store import open_store
 from trm_store.kept_fd import CannotOpen, close_kept, open_kept
@@ -29,17 +29,6 @@ _FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
 
 class _Keeper:
     """What keeps a descriptor (a store's writer lock, its WAL's syncs)."""
-
-
-def _open_on(path: Path) -> int:
-    """How many of this process's descriptors are open on `path`."""
-    count = 0
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            count += os.readlink(f"/proc/self/fd/{name}") == str(path)
-        except OSError:
-            continue  # the listing's own descriptor, closed by now
-    return count
 
 
 @contextmanager
@@ -74,11 +63,11 @@ def test_what_is_raised_right_after_the_open_passes_through_and_loses_nothing(
     with _raised_as("extend", "open_kept", raised), pytest.raises(type(raised)) as got:
         open_kept(keeper, str(path), _FLAGS)
     assert got.value is raised
-    assert _open_on(path) == 1  # named by nothing but its finalizer
+    assert open_on(str(path)) == 1  # named by nothing but its finalizer
     raised.__traceback__ = None  # its frames hold the keeper
     del keeper, got
     gc.collect()
-    assert _open_on(path) == 0
+    assert open_on(str(path)) == 0
 
 
 def test_the_open_s_own_failure_is_cannot_open(tmp_path: Path) -> None:
@@ -104,7 +93,7 @@ def test_an_interrupt_as_it_is_let_go_never_loses_it(tmp_path: Path) -> None:
             sys.settrace(None)
         del keeper, close
         gc.collect()
-        assert _open_on(path) == 0, f"interrupted at {tracer.where}: the descriptor was lost"
+        assert open_on(str(path)) == 0, f"interrupted at {tracer.where}: the descriptor was lost"
         if tracer.places < at:
             assert at > 3
             return
@@ -127,7 +116,7 @@ def test_a_timeout_raised_as_the_writer_lock_opens_its_file_reaches_the_caller(
     store.close()
     del store
     gc.collect()
-    assert _open_on(path) == 0
+    assert open_on(str(path)) == 0
 
 
 def test_a_timeout_raised_as_the_wal_is_synced_is_not_a_failed_disk(sqlite_url: str) -> None:
