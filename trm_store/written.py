@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import count, repeat
 
 from trm_store.events import RecordedEvent, recorded_event
 from trm_store.prepared import PreparedAppend
@@ -63,17 +64,19 @@ class Written:
             at = self.at
             built = []  # set once whole: an interrupt part way leaves it unbuilt, not short
             for item, (position, version) in zip(self.prepared, self.starts, strict=True):
-                stream_id = item.stream_id
-                for e, t, sv, d, m in zip(
+                # Each item's events numbered on from its first, their fields zipped in C
+                # (`map`): a Python loop an event cost ~35 bytecodes more.
+                built += map(
+                    recorded_event,
+                    count(position),
                     item.event_ids,
+                    repeat(item.stream_id),
+                    count(version),
                     item.types,
                     item.schema_versions,
                     item.datas,
                     item.metas,
-                    strict=True,
-                ):
-                    built.append(recorded_event(position, e, stream_id, version, t, sv, d, m, at))
-                    position += 1
-                    version += 1
+                    repeat(at),
+                )
             self.built = built
         return built
