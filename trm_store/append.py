@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from itertools import chain, count, repeat
 from typing import Any
 
 from sqlalchemy import Connection
@@ -57,23 +56,19 @@ def _rows(item: PreparedAppend, position: int, version: int, stored_now: Any) ->
             item.meta_jsons[0],
             stored_now,
         ]
-    # Several: their columns zipped and flattened in C (a Python loop an event cost ~30
-    # bytecodes), numbered on from the next position and version.
-    return list(
-        chain.from_iterable(
-            zip(
-                count(position + 1),
-                item.event_ids,
-                repeat(stream_id),
-                count(version + 1),
-                item.types,
-                item.schema_versions,
-                item.data_jsons,
-                item.meta_jsons,
-                repeat(stored_now),
-            )
-        )
-    )
+    rows: list[Any] = []
+    for event_id, type_, sv, data, meta in zip(
+        item.event_ids,
+        item.types,
+        item.schema_versions,
+        item.data_jsons,
+        item.meta_jsons,
+        strict=True,
+    ):
+        position += 1
+        version += 1
+        rows += (position, event_id, stream_id, version, type_, sv, data, meta, stored_now)
+    return rows
 
 
 def _everyones(error: StoreError) -> bool:
@@ -222,7 +217,7 @@ class Appender:
     def _taken(self, appends: Sequence[Sequence[PreparedAppend]]) -> bool:
         """Whether a projection of this store takes any event of `appends`."""
         return self._projections.take_any(
-            set(chain.from_iterable(item.types for prepared in appends for item in prepared))
+            {t for prepared in appends for item in prepared for t in item.types}
         )
 
     def _retried(self, prepared: Sequence[PreparedAppend]) -> list[RecordedEvent] | None:

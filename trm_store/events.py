@@ -7,18 +7,16 @@ values it types: domain modules import the three names from one place.
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import repeat
 from typing import Any
 
 from pydantic import BaseModel
 
 from trm_store.event_types import register_event_type
 
-__all__ = ["NewEvent", "RecordedEvent", "recorded_event", "recorded_events", "register_event_type"]
+__all__ = ["NewEvent", "RecordedEvent", "recorded_event", "register_event_type"]
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -115,19 +113,3 @@ def _recorded_event_constructor() -> Callable[..., RecordedEvent]:
 
 
 recorded_event = _recorded_event_constructor()
-
-_set_recorded_fields = _slot_setters(RecordedEvent)
-
-
-def recorded_events(count: int, *fields: Iterable[Any]) -> list[RecordedEvent]:
-    """`count` RecordedEvents, their `fields` given as columns, one an argument in its
-    order (a column may be longer: `itertools.count` for numbers that run on, `repeat` for a
-    value all share). For the events of an append: each made by `object.__new__` and filled
-    field by field through its slot's descriptor (`_slot_setters`), every step in C (~50
-    bytecodes and a Python call an event less than `recorded_event`). The conditions are
-    `recorded_event`'s: fields that are the whole `__init__`, no `__new__`
-    (`tests/store/test_canaries.py`)."""
-    events: list[RecordedEvent] = list(map(object.__new__, repeat(RecordedEvent, count)))
-    for set_field, column in zip(_set_recorded_fields, fields, strict=True):
-        deque(map(set_field, events, column), maxlen=0)
-    return events

@@ -6,7 +6,6 @@ import os
 import socket
 from collections.abc import Mapping, Sequence
 from itertools import repeat
-from operator import attrgetter, eq, is_, is_not
 from typing import Any
 
 from trm_store.append_args import AppendItem, check_target, non_empty_list
@@ -24,9 +23,6 @@ __all__ = [
     "origin",
     "prepared_append",
 ]
-
-_TYPE, _DATA, _EVENT_ID, _META = map(attrgetter, ("type", "data", "event_id", "meta"))
-"""A `NewEvent`'s fields, read in C over an append's events."""
 
 ORIGIN_KEYS = frozenset({"host", "pid"})
 """What `origin` puts in every event's meta: where the event was written from, not what it
@@ -96,10 +92,9 @@ class AppendPreparer:
         `together`) when none has an id or meta of its own, which is what most appends of many
         events are: their ids drawn at once, their meta the origin, their JSON serialised in one
         loop. None otherwise, or when any data is not JSON (`_validated` then says which)."""
-        if any(map(is_not, map(_EVENT_ID, events), repeat(None))) or any(
-            map(is_not, map(_META, events), repeat(None))
-        ):
-            return None
+        for new in events:
+            if new.event_id is not None or new.meta is not None:
+                return None
         normals = together.normals
         try:
             data_jsons = dumps_json_all(normals, what="data", keys_sorted=together.keys_sorted)
@@ -208,20 +203,17 @@ def _validated_together(events: Sequence[Any]) -> tuple[int, Together] | None:
     one call (`EventType.validate_together`), when they are two or more NewEvents of one
     registered type whose data are plain dicts (an append of predictions, of LLM calls);
     otherwise None, and each event is validated alone."""
-    # Each check a pass in C over the events (a Python loop cost ~30 bytecodes an event).
-    if len(events) < 2 or not all(map(is_, map(type, events), repeat(NewEvent))):
+    if len(events) < 2 or type(first := events[0]) is not NewEvent:
         return None
-    kind = events[0].type
-    datas = list(map(_DATA, events))
-    if not all(map(eq, map(_TYPE, events), repeat(kind))) or not all(
-        map(is_, map(type, datas), repeat(dict))
-    ):
-        return None
+    kind = first.type
+    for new in events:
+        if type(new) is not NewEvent or new.type != kind or type(new.data) is not dict:
+            return None
     try:
         registered = event_type(kind)
     except EventValidationError:
         return None  # each event's own check says so
-    together = registered.validate_together(datas)
+    together = registered.validate_together([new.data for new in events])
     return None if together is None else (registered.schema_version, together)
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from itertools import count, repeat
 
-from trm_store.events import RecordedEvent, recorded_event, recorded_events
+from trm_store.events import RecordedEvent, recorded_event
 from trm_store.prepared import PreparedAppend
 
 __all__ = ["Written"]
@@ -64,9 +64,10 @@ class Written:
             at = self.at
             built = []  # set once whole: an interrupt part way leaves it unbuilt, not short
             for item, (position, version) in zip(self.prepared, self.starts, strict=True):
-                # Each item's events numbered on from its first, built in C from its columns.
-                built += recorded_events(
-                    len(item.event_ids),
+                # Each item's events numbered on from its first, their fields zipped in C
+                # (`map`): a Python loop an event cost ~35 bytecodes more.
+                built += map(
+                    recorded_event,
                     count(position),
                     item.event_ids,
                     repeat(item.stream_id),

@@ -13,7 +13,6 @@ and names what changed and the code that relies on it; nothing else may be the f
 | `json.scanner.make_scanner` (C, StopIteration)         | `json_codec.loads_json`               |
 | `__class__` assignment: a twin of `RecordedEvent`      | `events.recorded_event`               |
 | `NewEvent`'s slot descriptors, no `__post_init__`      | `events.NewEvent.__init__`            |
-| `RecordedEvent`'s slot descriptors, no `__new__`      | `events.recorded_events`              |
 | `__pydantic_validator__`, `__pydantic_serializer__`    | `event_types.EventType.validate`      |
 | `sqlite3.Error.sqlite_errorcode`                       | `sqlite.SqliteBackend.translate`      |
 | `SQLiteDialect_pysqlite.do_begin`                      | `sqlite_dialect`: a `BEGIN` each time |
@@ -40,7 +39,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from trm_store import json_codec, open_store
-from trm_store.events import NewEvent, RecordedEvent, recorded_event, recorded_events
+from trm_store.events import NewEvent, RecordedEvent, recorded_event
 from trm_store.sqlite_dialect import TransactionalSqliteDialect, register_dialect
 
 
@@ -154,9 +153,6 @@ def test_recorded_event_s_fields_are_its_whole_init() -> None:
     at = datetime.now(UTC)
     values = (1, "e", "s", 1, "t", 1, {"d": 1}, {"m": 2}, at)
     built = recorded_event(*values)
-    (from_columns,) = recorded_events(1, *([v] for v in values))
-    assert type(from_columns) is RecordedEvent and from_columns == RecordedEvent(*values)
-    assert repr(from_columns) == repr(RecordedEvent(*values))
     assert type(built) is RecordedEvent
     assert built == RecordedEvent(*values)
     assert [getattr(built, name) for name in names] == list(values)
