@@ -65,7 +65,7 @@ def test_every_random_bit_of_a_new_event_id_varies() -> None:
 
 
 def test_threads_drawing_at_once_never_draw_the_same_id() -> None:
-    """Ids' random bits come from a pool shared by the threads (`_random_tails`), taken one id
+    """Ids' random bits come from a pool shared by the threads (`_random_hex`), taken one id
     at a time and a whole append's at once."""
     drawn: list[list[str]] = [[] for _ in range(8)]
 
