@@ -23,6 +23,7 @@ from trm_store.driver import bind_processor
 from trm_store.errors import ConcurrencyError, EventValidationError, StoreError
 from trm_store.event_reuse import duplicate_id, event_ids, retried
 from trm_store.events import RecordedEvent
+from trm_store.handler_raised import raised_by_a_handler
 from trm_store.log import events_by_id, stream_heads
 from trm_store.prepared import PreparedAppend
 from trm_store.projection_runner import ProjectionSet
@@ -107,7 +108,9 @@ class Appender:
         """Decide every append of `group`: in one transaction when there are several, each
         refused alone by a stream not at its expected version.
 
-        A database error (the lock held past the busy timeout, a lost connection, a COMMIT
+        What a signal handler raised (`trm_store.handler_raised`) is this thread's interrupt:
+        it passes through, and the queue sends the group's undecided appends again. A
+        database error (the lock held past the busy timeout, a lost connection, a COMMIT
         whose outcome is unknown) is every append's: each caller gets it, as from an append
         of its own, at once. A failure one append may have caused (an event id taken, a
         projection's error), and an append that may be a retry, send the appends concerned
@@ -122,6 +125,8 @@ class Appender:
             try:
                 outcomes = self._write([queued.prepared for queued in group])
             except Exception as e:
+                if raised_by_a_handler(e):  # an interrupt: the queue retries the group's others
+                    raise
                 if isinstance(e, StoreError) and _everyones(e):
                     for queued in group:
                         queued.error = e
@@ -143,6 +148,8 @@ class Appender:
             try:
                 queued.written = self._write_alone(queued.prepared, maybe_written=maybe_written)
             except Exception as e:
+                if raised_by_a_handler(e):  # this thread's interrupt, not `queued`'s error
+                    raise
                 queued.error = e
 
     def _write_alone(
@@ -244,14 +251,8 @@ class Appender:
         first_stream = appends[0][0].stream_id
         versions = {first_stream: read.stream_version}
         if len(appends) > 1 or len(appends[0]) > 1:  # else (most appends) no other stream
-            others = list(
-                {
-                    item.stream_id: None
-                    for a in appends
-                    for item in a
-                    if item.stream_id != first_stream
-                }
-            )
+            named = dict.fromkeys(item.stream_id for a in appends for item in a)
+            others = [stream_id for stream_id in named if stream_id != first_stream]
             if others:
                 versions.update(stream_heads(conn, others))
         position = previous_head

@@ -12,9 +12,8 @@ code). An interrupt anywhere else leaves it with the finalizer: open at worst un
 is collected.
 
 What a signal handler raises passes through, an `OSError` (a `TimeoutError` from an alarm's
-handler) included: only the open's own failure is `CannotOpen`. Told apart by `errno`, which
-the system call's errors carry and an exception raised by Python code (`TimeoutError()`) has
-not.
+handler) included: only the open's own failure is `CannotOpen` (`trm_store.handler_raised`
+tells them apart).
 """
 
 from __future__ import annotations
@@ -22,7 +21,10 @@ from __future__ import annotations
 import os
 import weakref
 from collections import deque
+from contextlib import suppress
 from itertools import repeat
+
+from trm_store.handler_raised import raised_by_a_handler
 
 __all__ = ["CannotOpen", "close_kept", "open_kept"]
 
@@ -38,8 +40,11 @@ class CannotOpen(Exception):
 
 def _close_each(fds: list[int]) -> None:
     """Take each descriptor out of `fds` and close it, both in C: none closed and still named,
-    none taken out and left open, wherever an interrupt lands."""
-    deque(map(os.close, map(list.pop, repeat(fds, len(fds)))), maxlen=0)
+    none taken out and left open, wherever an interrupt lands. Another thread may empty it
+    meanwhile (the finalizer run at interpreter exit as its keeper lets it go): the one that
+    took each descriptor closed it."""
+    with suppress(IndexError):
+        deque(map(os.close, map(list.pop, repeat(fds, len(fds)))), maxlen=0)
 
 
 def open_kept(
@@ -57,7 +62,7 @@ def open_kept(
         if fds:  # opened, then a signal handler raised: the finalizer keeps it
             raise
         close.detach()  # nothing opened: each failure would otherwise keep one registered
-        if e.errno is None:  # a signal handler's, raised while the open waited
+        if raised_by_a_handler(e):  # as the open waited
             raise
         raise CannotOpen(e) from e
     return fds[0], close
@@ -73,6 +78,6 @@ def close_kept(close: weakref.finalize[[list[int]], object]) -> None:
     try:
         _close_each(found[2][0])
     except OSError as e:
-        if e.errno is None:  # a signal handler's
+        if raised_by_a_handler(e):
             raise
     close.detach()

@@ -61,9 +61,12 @@ def _rollback_quietly(conn: Connection, dbapi_connection: DBAPIConnection) -> No
 
 
 def _close_if_asked(conn: Connection, info: dict[str, object]) -> None:
-    """Close the connection if a `close` made while this thread wrote on it asked to
-    (`CLOSE_AFTER`), now that the write is over."""
-    if info.get(CLOSE_AFTER):
+    """Close the connection, now that the write is over, if a `close` made while this thread
+    wrote on it asked to (`CLOSE_AFTER`), or if SQLAlchemy invalidated it: it does so when an
+    interrupt, or a `TimeoutError` (which it takes for asyncio's), comes out of one of its
+    statements (a projection's); kept, the next write would revalidate it onto a connection of
+    the readers' pool, with no `IN_USE` lock. The thread's next write opens another."""
+    if info.get(CLOSE_AFTER) or conn.invalidated:
         conn.close()
 
 

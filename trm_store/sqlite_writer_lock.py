@@ -52,6 +52,7 @@ from weakref import WeakValueDictionary
 
 from trm_store.errors import StoreError
 from trm_store.flock_wait import FlockWait, forget_in_child
+from trm_store.handler_raised import raised_by_a_handler
 from trm_store.kept_fd import CannotOpen, close_kept, open_kept
 
 __all__ = ["WriterLock", "writer_lock"]
@@ -205,13 +206,17 @@ class WriterLock:
             return
         except BlockingIOError:
             self._held = None  # taken: wait for it
-        except OSError:
+        except OSError as e:
+            if raised_by_a_handler(e):  # the lock may be taken: `_held` has it let go
+                raise
             self._held = None
             return  # no locks on this file system: SQLite's busy handler queues the processes
         if self._wait is None:
             try:
                 self._wait = FlockWait(_WRITER_FILE.format(self._where))
-            except (OSError, RuntimeError):
+            except (OSError, RuntimeError) as e:
+                if raised_by_a_handler(e):
+                    raise
                 return  # no file, or no thread (interpreter shutdown): as without a file
             self._stop_wait = weakref.finalize(self, self._wait.close)
         self._held = self._wait.fd  # named before it is taken, as above

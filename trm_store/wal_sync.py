@@ -51,9 +51,9 @@ import os
 import sqlite3
 import threading
 import weakref
-from contextlib import suppress
 
 from trm_store.errors import StoreError
+from trm_store.handler_raised import raised_by_a_handler
 from trm_store.kept_fd import CannotOpen, close_kept, open_kept
 
 __all__ = ["WAL_SYNCED", "WalSync"]
@@ -131,7 +131,7 @@ class WalSync:
             try:
                 _datasync(fd)
             except OSError as e:
-                if e.errno is None:  # a signal handler's, raised as the sync waited: not the disk's
+                if raised_by_a_handler(e):  # as the sync waited: not the disk's failure
                     raise  # (the sync is not counted: the next write makes it again)
                 if e.errno == errno.EBADF:  # the descriptor closed under us: no page lost
                     self._forget_fd()
@@ -144,9 +144,12 @@ class WalSync:
         """The WAL's descriptor, opened again if SQLite has deleted the file it names."""
         fd = self._fd
         if fd is not None:
-            with suppress(OSError):  # a descriptor closed under us: opened again, as deleted
+            try:
                 if os.fstat(fd).st_nlink > 0:
                     return fd
+            except OSError as e:  # a descriptor closed under us: opened again, as deleted
+                if raised_by_a_handler(e):
+                    raise
         self._forget_fd()
         if self._path is None:
             missing = FileNotFoundError("no connection of the store has opened the database")

@@ -83,6 +83,12 @@ class _Lease:
         self._conn.close()
 
 
+def _usable(conn: Connection) -> bool:
+    """Neither closed nor invalidated by SQLAlchemy (`trm_store.sqlite_transaction` closes
+    one it finds invalidated as its write ends; an interrupt may come first)."""
+    return not (conn.closed or conn.invalidated)
+
+
 class WriterConnections:
     """The writing threads' connections of one engine."""
 
@@ -101,7 +107,7 @@ class WriterConnections:
         """This thread's connection, opened on first use (and again after a fork or close)."""
         mine = self._mine
         conn: Connection | None = getattr(mine, "conn", None)
-        if conn is not None and mine.forks == _forks and not conn.closed:
+        if conn is not None and mine.forks == _forks and _usable(conn):
             return conn
         self._forget_the_parents()
         conn = self._engine.connect()
@@ -123,7 +129,7 @@ class WriterConnections:
         """This thread's connection, if it has one open."""
         mine = self._mine
         conn: Connection | None = getattr(mine, "conn", None)
-        return conn if conn is not None and mine.forks == _forks and not conn.closed else None
+        return conn if conn is not None and mine.forks == _forks and _usable(conn) else None
 
     def close(self) -> None:
         """Close every thread's connection once its write in flight, if any, has ended (each
@@ -134,6 +140,9 @@ class WriterConnections:
                 conn = self._open.pop()
             except KeyError:
                 return
+            if not _usable(conn):  # its `info` would revalidate it, onto another connection
+                conn.close()
+                continue
             in_use = conn.info[IN_USE]
             if in_use._is_owned():  # this thread is writing on it: see CLOSE_AFTER
                 conn.info[CLOSE_AFTER] = True

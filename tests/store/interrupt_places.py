@@ -14,11 +14,12 @@ import dis
 import linecache
 import sys
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-__all__ = ["LIMIT", "InterruptAt", "Interrupted", "wait_for"]
+__all__ = ["LIMIT", "InterruptAt", "Interrupted", "raised_after", "wait_for"]
 
 LIMIT = 30.0
 """Seconds a thread of these tests may take to end."""
@@ -129,3 +130,31 @@ def outcome_of(call: Callable[[], object]) -> object:
         return call()
     except BaseException as e:
         return e
+
+
+@contextmanager
+def raised_after(call: str, caller: str, raised: BaseException, nth: int = 1) -> Iterator[None]:
+    """`raised` where the `nth` call of the C function named `call` made by a function named
+    `caller` returns: where CPython runs a signal handler that became pending during that call
+    (the check after it), and where what the handler raises comes out. An alarm's handler
+    raising `TimeoutError()` (an OSError without errno), or Ctrl-C."""
+    seen = 0
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        nonlocal seen
+        if (
+            event == "c_return"
+            and getattr(arg, "__name__", None) == call
+            and frame.f_code.co_name == caller
+        ):
+            seen += 1
+            if seen == nth:
+                sys.setprofile(None)
+                raise raised
+
+    sys.setprofile(profile)
+    try:
+        yield
+    finally:
+        sys.setprofile(None)
+    assert seen >= nth, f"{call} returned to {caller} {seen} times, not {nth}"

@@ -11,16 +11,13 @@ import errno
 import gc
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import trm_store.kept_fd
 from tests.store.helpers import TOTALS, added, open_on
-from tests.store.interrupt_places import InterruptAt, Interrupted
+from tests.store.interrupt_places import InterruptAt, Interrupted, raised_after
 from trm_store import open_store
 from trm_store.kept_fd import CannotOpen, close_kept, open_kept
 
@@ -31,28 +28,6 @@ class _Keeper:
     """What keeps a descriptor (a store's writer lock, its WAL's syncs)."""
 
 
-@contextmanager
-def _raised_as(call: str, caller: str, raised: BaseException) -> Iterator[None]:
-    """`raised` where the C function named `call` returns to the function named `caller`,
-    once: where CPython runs a signal handler that became pending during the call (the check
-    after the call)."""
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if (
-            event == "c_return"
-            and getattr(arg, "__name__", None) == call
-            and frame.f_code.co_name == caller
-        ):
-            sys.setprofile(None)
-            raise raised
-
-    sys.setprofile(profile)
-    try:
-        yield
-    finally:
-        sys.setprofile(None)
-
-
 @pytest.mark.parametrize("raised", [TimeoutError("alarm"), Interrupted("Ctrl-C")])
 def test_what_is_raised_right_after_the_open_passes_through_and_loses_nothing(
     tmp_path: Path, raised: BaseException
@@ -60,7 +35,7 @@ def test_what_is_raised_right_after_the_open_passes_through_and_loses_nothing(
     """Raised once the descriptor is in the finalizer's list: it passes through as it is, and
     the descriptor is closed once its keeper is collected."""
     keeper, path = _Keeper(), tmp_path / "kept"
-    with _raised_as("extend", "open_kept", raised), pytest.raises(type(raised)) as got:
+    with raised_after("extend", "open_kept", raised), pytest.raises(type(raised)) as got:
         open_kept(keeper, str(path), _FLAGS)
     assert got.value is raised
     assert open_on(str(path)) == 1  # named by nothing but its finalizer
@@ -108,7 +83,7 @@ def test_a_timeout_raised_as_the_writer_lock_opens_its_file_reaches_the_caller(
     path = Path(sqlite_url.removeprefix("sqlite:///") + "-writer")
     store = open_store(sqlite_url, projections=TOTALS)
     store._backend._writer_lock._forget_file()  # type: ignore[attr-defined]  # opened again
-    with _raised_as("extend", "open_kept", TimeoutError("alarm")), pytest.raises(TimeoutError):
+    with raised_after("extend", "open_kept", TimeoutError("alarm")), pytest.raises(TimeoutError):
         store.append("s", [added(1)])
     assert store.head_position() == 0
     store.append("s", [added(2)])  # the next write takes the lock and writes
@@ -124,7 +99,7 @@ def test_a_timeout_raised_as_the_wal_is_synced_is_not_a_failed_disk(sqlite_url: 
     caller; the store is not marked as failed, and the next write syncs and returns."""
     with open_store(sqlite_url, projections=TOTALS, durability="full") as store:
         store.append("s", [added(1)])
-        with _raised_as("fdatasync", "sync", TimeoutError("alarm")), pytest.raises(TimeoutError):
+        with raised_after("fdatasync", "sync", TimeoutError("alarm")), pytest.raises(TimeoutError):
             store.append("s", [added(2)])
         store.append("s", [added(3)])
         assert [e.data["amount"] for e in store.read_stream("s")] == [1, 2, 3]
