@@ -107,7 +107,8 @@ class WriterConnections:
         """This thread's connection, opened on first use (and again after a fork or close)."""
         mine = self._mine
         conn: Connection | None = getattr(mine, "conn", None)
-        if conn is not None and mine.forks == _forks and _usable(conn):
+        # Only `closed` looked at, on every append: one invalidated is closed as its write ends.
+        if conn is not None and mine.forks == _forks and not conn.closed:
             return conn
         self._forget_the_parents()
         conn = self._engine.connect()
