@@ -117,8 +117,8 @@ class AppendPreparer:
     def _one(self, stream_id: str, expected_version: int | None, new: NewEvent) -> PreparedAppend:
         """The append of one `NewEvent` (its class exactly: each field read once all the same)
         with no id or meta of its own, the usual append: its columns built at once, as
-        `_usual` builds many events', with no `PreparedEvent` to transpose (~3,500
-        instructions an append less: callgrind)."""
+        `_usual` builds many events', with no `PreparedEvent` to transpose (an append
+        prepared: 4.8 against 5.0 us, timeit)."""
         type_name = new.type
         registered = event_type(type_name)
         data = registered.validate(new.data)
