@@ -11,6 +11,7 @@ KeyboardInterrupt can land.
 from __future__ import annotations
 
 import dis
+import gc
 import linecache
 import sys
 import time
@@ -19,7 +20,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-__all__ = ["LIMIT", "InterruptAt", "Interrupted", "raised_after", "wait_for"]
+__all__ = ["LIMIT", "InterruptAt", "Interrupted", "raised_after", "traced_by", "wait_for"]
 
 LIMIT = 30.0
 """Seconds a thread of these tests may take to end."""
@@ -158,3 +159,21 @@ def raised_after(call: str, caller: str, raised: BaseException, nth: int = 1) ->
     finally:
         sys.setprofile(None)
     assert seen >= nth, f"{call} returned to {caller} {seen} times, not {nth}"
+
+
+@contextmanager
+def traced_by(tracer: InterruptAt) -> Iterator[None]:
+    """This thread traced by `tracer` while the block runs, an `Interrupted` it raises
+    caught; no garbage collected meanwhile: a finalizer the collector ran there (another
+    test's store's, in the whole suite) could start a function of a traced file, which would
+    count as a place and swallow the interrupt raised at it."""
+    gc.collect()
+    gc.disable()
+    sys.settrace(tracer)
+    try:
+        yield
+    except Interrupted:
+        pass
+    finally:
+        sys.settrace(None)
+        gc.enable()

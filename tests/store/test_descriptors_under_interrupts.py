@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +19,7 @@ import trm_store.kept_fd
 import trm_store.sqlite_writer_lock
 import trm_store.wal_sync
 from tests.store.helpers import TOTALS, added, open_on
-from tests.store.interrupt_places import InterruptAt, Interrupted
+from tests.store.interrupt_places import InterruptAt, traced_by
 from trm_store import open_store
 from trm_store.backend import Durability
 
@@ -54,13 +53,8 @@ def _at_each_place(
     `check` after each (`broken`: what it found if it fails); how many places there were."""
     for at in range(1, 100):
         tracer = InterruptAt(at, traced=traced, own_starts=True)
-        sys.settrace(tracer)
-        try:
+        with traced_by(tracer):
             forget()
-        except Interrupted:
-            pass
-        finally:
-            sys.settrace(None)
         assert check(), f"interrupted at {tracer.where}: {broken}"
         if tracer.places < at:
             return at

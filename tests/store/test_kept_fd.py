@@ -10,14 +10,13 @@ from __future__ import annotations
 import errno
 import gc
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 import trm_store.kept_fd
 from tests.store.helpers import TOTALS, added, open_on
-from tests.store.interrupt_places import InterruptAt, Interrupted, raised_after
+from tests.store.interrupt_places import InterruptAt, Interrupted, raised_after, traced_by
 from trm_store import open_store
 from trm_store.kept_fd import CannotOpen, close_kept, open_kept
 
@@ -59,13 +58,8 @@ def test_an_interrupt_as_it_is_let_go_never_loses_it(tmp_path: Path) -> None:
         keeper = _Keeper()
         _fd, close = open_kept(keeper, str(path), _FLAGS)
         tracer = InterruptAt(at, traced={trm_store.kept_fd.__file__}, own_starts=True)
-        sys.settrace(tracer)
-        try:
+        with traced_by(tracer):
             close_kept(close)
-        except Interrupted:
-            pass
-        finally:
-            sys.settrace(None)
         del keeper, close
         gc.collect()
         assert open_on(str(path)) == 0, f"interrupted at {tracer.where}: the descriptor was lost"
