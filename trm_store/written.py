@@ -64,8 +64,8 @@ class Written:
             at = self.at
             built = []  # set once whole: an interrupt part way leaves it unbuilt, not short
             for item, (position, version) in zip(self.prepared, self.starts, strict=True):
-                # Each item's events numbered on from its first, their fields zipped in C
-                # (`map`): a Python loop an event cost ~35 bytecodes more.
+                # Each item's events numbered on from its first, their fields zipped by `map`
+                # (timeit, 50 events: 234 against 244 ns an event for a Python loop).
                 built += map(
                     recorded_event,
                     count(position),
