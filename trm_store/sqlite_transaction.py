@@ -66,8 +66,11 @@ def _close_if_asked(conn: Connection, info: dict[str, object]) -> None:
     interrupt, or a `TimeoutError` (which it takes for asyncio's), comes out of one of its
     statements (a projection's); kept, the next write would revalidate it onto a connection of
     the readers' pool, with no `IN_USE` lock. The thread's next write opens another."""
-    if info.get(CLOSE_AFTER) or conn.invalidated:
+    if info.get(CLOSE_AFTER):
         conn.close()
+    elif conn.invalidated:
+        with suppress(Exception):  # closing may fail as its statement did: what is raised stays
+            conn.close()
 
 
 def finish_cut_short(conn: Connection | None) -> None:
@@ -174,11 +177,6 @@ class AppendTransaction:
         dbapi_connection = getattr(self, "_dbapi_connection", None)
         if dbapi_connection is not None:  # else no `BEGIN` was sent
             _rollback_quietly(conn, dbapi_connection)
-        if conn.invalidated:
-            # SQLAlchemy invalidates a connection that an interrupt cut short inside its own
-            # calls (its commit): closed, the thread's next write opens another.
-            with suppress(Exception):
-                conn.close()
         self._writer_lock.let_go_stale()
         if (in_use := info.get(IN_USE)) is not None and in_use._is_owned():
             in_use.release()
