@@ -4,6 +4,7 @@ checks that a log is whole and holds exactly what threads were returned."""
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import os
 import subprocess
@@ -266,3 +267,16 @@ def open_on(path: str) -> int:
             continue  # the listing's own descriptor, closed by now
         count += target in (path, f"{path} (deleted)")
     return count
+
+
+def flock_free(path: str) -> bool:
+    """Whether another open file of `path` (as another process would) gets its `flock` now:
+    taken and let go again."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # closing the descriptor lets the lock go
+    return True

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.store.helpers import TOTALS, added, open_on
+from tests.store.helpers import TOTALS, added, flock_free, open_on
 from tests.store.interrupt_places import LIMIT, raised_after
 from trm_store import RecordedEvent, Store, open_store
 from trm_store.sqlite import SqliteBackend
@@ -28,20 +28,6 @@ def _backend(store: Store) -> SqliteBackend:
     backend = store._backend
     assert isinstance(backend, SqliteBackend)
     return backend
-
-
-def _taken_by_this_process(path: str) -> bool:
-    """Whether the `flock` on `path` is held, seen from another open file (another process's
-    view)."""
-    other = os.open(path, _FLAGS)
-    try:
-        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(other, fcntl.LOCK_UN)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(other)
 
 
 def test_a_timeout_as_the_writer_lock_is_taken_reaches_the_caller_and_lets_it_go(
@@ -57,7 +43,7 @@ def test_a_timeout_as_the_writer_lock_is_taken_reaches_the_caller_and_lets_it_go
             pytest.raises(TimeoutError),
         ):
             store.append("s", [added(2)])
-        assert not _taken_by_this_process(path)
+        assert flock_free(path)
         assert store.head_position() == 1
         store.append("s", [added(3)])
         assert store.head_position() == 2

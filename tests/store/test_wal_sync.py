@@ -6,7 +6,6 @@ process killed between its commit and its sync leaves a store that works."""
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import signal
 import sqlite3
@@ -23,7 +22,7 @@ from sqlalchemy import event
 from sqlalchemy.pool import Pool
 
 import trm_store.wal_sync
-from tests.store.helpers import ROOT, TOTALS, added, in_a_forked_child, totals
+from tests.store.helpers import ROOT, TOTALS, added, flock_free, in_a_forked_child, totals
 from trm_store import ConcurrencyError, NewEvent, StoreError, open_store
 from trm_store.backend import Durability
 from trm_store.wal_sync import WalSync
@@ -39,18 +38,6 @@ def committed_rows(db: Path, table: str) -> int:
         count: int = other.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
     other.close()
     return count
-
-
-def writer_lock_free(db: Path) -> bool:
-    """Whether the writer lock's `flock` can be taken now (taken and let go again)."""
-    fd = os.open(f"{db}-writer", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)  # closing the descriptor lets the lock go
-    return True
 
 
 @pytest.fixture
@@ -78,7 +65,7 @@ def test_a_full_store_syncs_the_wal_after_the_lock_and_before_the_append_returns
     def look(fd: int) -> None:
         wal = os.stat(f"{db}-wal")
         same_file = (os.fstat(fd).st_dev, os.fstat(fd).st_ino) == (wal.st_dev, wal.st_ino)
-        seen.append((writer_lock_free(db), committed_events(db), same_file))
+        seen.append((flock_free(f"{db}-writer"), committed_events(db), same_file))
 
     with open_store(f"sqlite:///{db}", projections=TOTALS, durability="full") as store:
         store.append("a", [added(1)])  # opens the store's writer connection

@@ -32,7 +32,14 @@ from sqlalchemy import Connection
 import trm_store.sqlite
 import trm_store.sqlite_transaction
 import trm_store.sqlite_writer_lock
-from tests.store.helpers import TOTALS, added, assert_log_is_whole, in_a_forked_child, log_of
+from tests.store.helpers import (
+    TOTALS,
+    added,
+    assert_log_is_whole,
+    flock_free,
+    in_a_forked_child,
+    log_of,
+)
 from tests.store.interrupt_places import (
     LIMIT,
     InterruptAt,
@@ -132,14 +139,7 @@ def _in_a_child(url: str, stream: str) -> bytes:
 
 def _flock_free(url: str) -> bool:
     """Whether another open file of `<file>-writer` (as another process) gets its `flock`."""
-    fd = os.open(url.removeprefix("sqlite:///") + "-writer", os.O_RDWR | os.O_CREAT)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
+    return flock_free(url.removeprefix("sqlite:///") + "-writer")
 
 
 def _one_run(url: str, run: str, tracer: InterruptAt, durability: Durability, after: str) -> object:
