@@ -125,7 +125,10 @@ def learn(workdir: Path) -> Plan:
         elif e.event_id in params:
             steps["by_id"] = sql
         elif Var.STREAM in step(sql, params).params and "max(position)" in sql:
-            steps["heads"] = step(sql, params)  # with the projections' rows, since 8545f51
+            # With the projections' rows since 8545f51, unless their epoch (the last
+            # parameter) is the one the store knows, since migration 0006.
+            learnt = step(sql, params)
+            steps["heads"] = Statement(sql, (*learnt.params[:-1], Var.EPOCH))
         elif "projection_state" in sql:
             steps["advance"] = step(sql, params)
         elif Var.STREAM in step(sql, params).params:

@@ -25,6 +25,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from trm_store import RecordedEvent, domain, register_event_type
+from trm_store.append_heads import NO_EPOCH
 from trm_store.backend import Durability
 from trm_store.event_types import event_type
 from trm_store.projections import registered_projections
@@ -176,6 +177,7 @@ class Var(Enum):
     PREVIOUS = "head before the append"
     NEW = "head after the append"
     NOW = "timestamp"
+    EPOCH = "projections' epoch known"
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,9 @@ class RawLog:
         self.plan = plan
         self.origin = {"host": socket.gethostname(), "pid": os.getpid()}
         self.sent: list[str] | None = None
+        self.epoch = NO_EPOCH
+        """The projections' epoch as the last heads' read found it: sent with the next one,
+        which then returns no projection's row (as the store's, in a steady run)."""
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         if self.sent is not None:
@@ -249,8 +254,8 @@ class RawLog:
             # The heads in every row, with a projection's row each (`trm_store.append_heads`),
             # all fetched as the store fetches them; deciding who follows is the store's own
             # work, which the reference skips (none changes in a steady run).
-            heads = self._step(plan.heads, {Var.STREAM: first})
-            previous, versions[first] = heads[0][0], heads[0][1]
+            heads = self._step(plan.heads, {Var.STREAM: first, Var.EPOCH: self.epoch})
+            previous, versions[first], self.epoch = heads[0][0], heads[0][1], heads[0][2]
         else:
             assert plan.head is not None
             previous = self._step(plan.head, {})[0][0]

@@ -191,7 +191,9 @@ class Appender:
                 if written is not None:
                     return written
             stream_id = appends[0][0].stream_id
-            return self._backend.append_transaction(stream_id, self._write_locked, appends)
+            return self._backend.append_transaction(
+                stream_id, self._projections.known_epoch, self._write_locked, appends
+            )
         except SQLAlchemyError as e:
             raise store_error(self._backend, e) from e
 
@@ -284,7 +286,7 @@ class Appender:
             versions.update(moved)
             outcomes.append(Written(prepared, starts, now))
         if rows:
-            following = self._projections.follow(conn, read.checkpoints, previous_head)
+            following = self._projections.follow(conn, read)
             try:
                 insert_rows(conn, INSERT_EVENTS, rows)
             except IntegrityError as e:

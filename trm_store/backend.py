@@ -73,12 +73,17 @@ class Backend(Protocol):
         a connection of the caller's own, when given)."""
 
     def append_transaction(
-        self, stream_id: str, write: AppendWrite[T], appends: Sequence[Sequence[PreparedAppend]]
+        self,
+        stream_id: str,
+        known_epoch: int,
+        write: AppendWrite[T],
+        appends: Sequence[Sequence[PreparedAppend]],
     ) -> T:
         """`write(conn, heads, appends)` in `write_transaction` for an append, whose statements
         go to the driver (`trm_store.driver`): the backend may skip SQLAlchemy's own transaction
-        bookkeeping. `heads` are the log's head, `stream_id`'s version and the projections'
-        checkpoint rows, read under the lock (`trm_store.append_heads`). A call, not a context
+        bookkeeping. `heads` are the log's head, `stream_id`'s version, the projections' epoch
+        and, unless it is `known_epoch`, their checkpoint rows, read under the lock
+        (`trm_store.append_heads`). A call, not a context
         manager: the `with` is the backend's own, so that its `except` clause sees every
         interrupt that lands in the transaction's end (`trm_store.sqlite_transaction`)."""
 

@@ -57,8 +57,10 @@ _APPEND_LOCK = f"SELECT {_LOCK}"
 _LOCK_AND_NOTIFY = Prepared(
     "trm_append_lock", f"PREPARE trm_append_lock AS SELECT {_LOCK}, {NOTIFY_APPENDED}"
 )
-_HEADS = Prepared("trm_append_heads", f"PREPARE trm_append_heads(text) AS {HEADS_PREPARABLE}")
-_APPEND_START = f"EXECUTE {_LOCK_AND_NOTIFY.name}; EXECUTE {_HEADS.name}(%(s)s)"
+_HEADS = Prepared(
+    "trm_append_heads", f"PREPARE trm_append_heads(text, bigint) AS {HEADS_PREPARABLE}"
+)
+_APPEND_START = f"EXECUTE {_LOCK_AND_NOTIFY.name}; EXECUTE {_HEADS.name}(%(s)s, %(k)s)"
 """Two statements, each prepared once per writer connection: sent as text they would be parsed
 and planned at every append (callgrind of the server, 1-event appends: the lock's SELECT alone
 cost ~27,000 instructions an append as text)."""
@@ -103,7 +105,11 @@ class PostgresBackend:
         return self._locked(_APPEND_LOCK, conn)
 
     def append_transaction(
-        self, stream_id: str, write: AppendWrite[T], appends: Sequence[Sequence[PreparedAppend]]
+        self,
+        stream_id: str,
+        known_epoch: int,
+        write: AppendWrite[T],
+        appends: Sequence[Sequence[PreparedAppend]],
     ) -> T:
         """`write` in `write_transaction`, which also wakes subscribers (`trm_store.wakeups`) and
         reads the heads and the projections' rows (`trm_store.append_heads`), all in the round trip
@@ -114,7 +120,7 @@ class PostgresBackend:
         disconnect invalidation see them)."""
         self._refuse_if_read_only()
         with self._writers.transaction(
-            _APPEND_START, {"s": stream_id}, prepare=(_LOCK_AND_NOTIFY, _HEADS)
+            _APPEND_START, {"s": stream_id, "k": known_epoch}, prepare=(_LOCK_AND_NOTIFY, _HEADS)
         ) as (conn, rows):
             return write(conn, append_heads(rows), appends)
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
-from operator import itemgetter
 
 from sqlalchemy import Connection, MetaData, Table
 
-from trm_store.append_heads import CheckpointRow
+from trm_store.append_heads import NO_EPOCH, AppendHeads
 from trm_store.driver import DriverSql, execute_many
 from trm_store.errors import StoreError
 from trm_store.events import RecordedEvent
@@ -31,8 +30,6 @@ __all__ = ["Progress", "ProjectionSet", "WriteTransaction", "requested", "requir
 WriteTransaction = Callable[[], AbstractContextManager[Connection]]
 Progress = Callable[[int], None]
 """Called with the number of events just processed, once per batch."""
-_PROJECTION_PART = itemgetter(slice(2, None))
-"""A projection's row without the two heads: name, version, checkpoint."""
 _SET_CHECKPOINT = DriverSql(
     "UPDATE projection_state SET checkpoint = :checkpoint WHERE name = :name"
 )
@@ -48,47 +45,51 @@ class ProjectionSet:
         }
         self.versions = {name: p.version for name, p in self.projections.items()}
         """Name -> version: the projections this code runs."""
-        self._every_one_following = frozenset(self.versions)
-        self._steady: list[CheckpointRow] | None = None
-        """The projections' rows, less the heads, as `follow` last found them steady: each
-        projection of this code following the log, and no other one."""
+        self.known_epoch = NO_EPOCH
+        """The projections' epoch when `follow` last decided who follows without changing a
+        row: an append sends it with its read of the heads (`trm_store.append_heads`), which
+        returns no projection's row while it holds, and `_known_following` is the answer."""
+        self._known_following: frozenset[str] = frozenset()
         self._subscribers: dict[str, tuple[str, ...]] = {}
         """Event type -> the projections that take it, in registration order."""
         for name, p in self.projections.items():
             for event_type in p.event_types:
                 self._subscribers[event_type] = (*self._subscribers.get(event_type, ()), name)
 
-    def follow(
-        self, conn: Connection, rows: Sequence[CheckpointRow], log_head: int
-    ) -> Collection[str]:
-        """The projections that apply an append inline, from every projection's row read
-        under the writer lock with the log's head (`trm_store.append_heads`).
+    def follow(self, conn: Connection, read: AppendHeads) -> Collection[str]:
+        """The projections that apply an append inline, from what it read under the writer
+        lock (`trm_store.append_heads`): those `follow` last decided while the projections'
+        epoch is the one it decided at (most appends: no row was read), else decided from the
+        rows.
 
         Those of this code (same name and version) that follow the log (`FOLLOWING`), or whose
         checkpoint is at the head (caught up or rebuilt since), do; the latter are marked as
         following. A row that follows the log but is not this code's (another version, or a
         projection this store does not run) is set to the head: the log moves past it now.
-        Every append but the first after such a change writes no row, and finds the rows as
-        the last one left them (compared whole, in C: each append reads them)."""
-        found = list(map(_PROJECTION_PART, rows))
-        if found == self._steady:
-            return self._every_one_following
+        Such a change moves the epoch on, so the next append decides again. A decision that
+        changed no row holds while the epoch does, the log's head moving on included: only a
+        checkpoint of this code's ahead of the head could come to equal it."""
+        if read.epoch == self.known_epoch:
+            return self._known_following
         following: set[str] = set()
         changed: list[dict[str, int | str]] = []
-        for _head, _version, name, version, checkpoint in rows:
+        ahead = False
+        for _head, _version, _epoch, name, version, checkpoint in read.checkpoints:
             ours = self.versions.get(name) == version
             if checkpoint == FOLLOWING:
                 if ours:
                     following.add(name)
                 else:
-                    changed.append({"name": name, "checkpoint": log_head})
-            elif ours and checkpoint == log_head:
+                    changed.append({"name": name, "checkpoint": read.log_head})
+            elif ours and checkpoint == read.log_head:
                 following.add(name)
                 changed.append({"name": name, "checkpoint": FOLLOWING})
+            elif ours and checkpoint > read.log_head:
+                ahead = True
         if changed:
             execute_many(conn, _SET_CHECKPOINT, changed)
-        elif following == self._every_one_following and len(found) == len(following):
-            self._steady = found
+        elif not ahead:
+            self.known_epoch, self._known_following = read.epoch, frozenset(following)
         return following
 
     def take_any(self, event_types: Collection[str]) -> bool:

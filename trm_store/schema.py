@@ -27,7 +27,15 @@ from sqlalchemy.engine import Dialect
 
 from trm_store.json_codec import dumps_json, loads_json
 
-__all__ = ["EVENTS", "FOLLOWING", "METADATA", "PROJECTION_STATE", "RUN_LEASES", "JsonColumn"]
+__all__ = [
+    "EVENTS",
+    "FOLLOWING",
+    "METADATA",
+    "PROJECTION_EPOCH",
+    "PROJECTION_STATE",
+    "RUN_LEASES",
+    "JsonColumn",
+]
 
 METADATA = MetaData()
 
@@ -101,6 +109,17 @@ PROJECTION_STATE = Table(
 )
 """One row per projection: version built, last position applied (or `FOLLOWING`), `ready` or
 `rebuilding`."""
+
+PROJECTION_EPOCH = Table(
+    "projection_epoch",
+    METADATA,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("epoch", BigInteger, nullable=False),
+    CheckConstraint("id = 1", name="ck_projection_epoch_one_row"),
+)
+"""One row whose `epoch` changes with every statement that writes `projection_state` (triggers,
+migration 0006), starting at a random value: an append reads it, not every projection's row,
+to learn that those rows are as it last found them (`trm_store.append_heads`)."""
 
 RUN_LEASES = Table(
     "run_leases",

@@ -142,7 +142,11 @@ class SqliteBackend:
             raise
 
     def append_transaction(
-        self, stream_id: str, write: AppendWrite[T], appends: Sequence[Sequence[PreparedAppend]]
+        self,
+        stream_id: str,
+        known_epoch: int,
+        write: AppendWrite[T],
+        appends: Sequence[Sequence[PreparedAppend]],
     ) -> T:
         """`write` in `BEGIN IMMEDIATE` ... `COMMIT` on this thread's writer connection (see
         `AppendTransaction`), the heads read first."""
@@ -150,7 +154,7 @@ class SqliteBackend:
         transaction = AppendTransaction(self._writers.current(), self._writer_lock, self._wal_sync)
         try:
             with transaction as conn:
-                return write(conn, heads(conn, stream_id), appends)
+                return write(conn, heads(conn, stream_id, known_epoch), appends)
         except BaseException:
             transaction.ended = True  # first: see trm_store.sqlite_transaction
             transaction.finish()

@@ -17,6 +17,7 @@ from sqlalchemy import create_engine, event, select, text, update
 
 from tests.store.helpers import TOTALS, NamedTotals, added, replayed_totals, totals
 from trm_store import ConcurrencyError, StoreError, open_store
+from trm_store.append_heads import AppendHeads
 from trm_store.migrate import alembic_config
 from trm_store.projection_runner import ProjectionSet
 from trm_store.schema import FOLLOWING, PROJECTION_STATE
@@ -94,33 +95,45 @@ def test_an_append_writes_no_projection_row_while_they_follow_the_log(store_url:
     assert _read(store_url) == {name: (1, 5) for name in THREE}
 
 
-_HEAD = 10
 _ROW = st.tuples(
     st.sampled_from([*THREE, "test_gone"]),
     st.sampled_from([THREE["test_other"].version, 9]),
-    st.sampled_from([FOLLOWING, _HEAD, 3]),
+    st.sampled_from([FOLLOWING, 3, 10, 11, 12]),
 )
-_ROWS = st.lists(_ROW, max_size=5, unique_by=lambda row: row[0]).map(
-    lambda rows: [(_HEAD, 1, *row) for row in rows]
-)
+_ROWS = st.lists(_ROW, max_size=5, unique_by=lambda row: row[0])
+_STEP = st.one_of(_ROWS, st.integers(0, 2))
+"""New rows (the epoch moves), or the log's head moved on by 0-2 (the rows as they were)."""
+
+
+def _read_at(head: int, epoch: int, rows: list[tuple[Any, ...]]) -> AppendHeads:
+    """What an append that does not know `epoch` reads: the heads and epoch in every row."""
+    return AppendHeads(head, 1, epoch, [(head, 1, epoch, *row) for row in rows])
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(sequence=st.lists(_ROWS, min_size=1, max_size=6))
-def test_which_projections_follow_depends_on_the_rows_read_alone(
-    sqlite_url: str, sequence: list[list[tuple[Any, ...]]]
+@given(steps=st.lists(_STEP, min_size=1, max_size=8))
+def test_which_projections_follow_depends_on_the_rows_and_head_read_alone(
+    sqlite_url: str, steps: list[list[tuple[Any, ...]] | int]
 ) -> None:
-    """`follow` remembers the rows it last found steady (every projection of this code
-    following the log, no other one) and answers at once when it finds them again: what it
-    answers is still what it decides from those rows alone, each read twice in a row."""
+    """`follow` remembers the epoch at which it last decided without changing a row, and
+    answers at once, reading no row, while the epoch holds (the log's head moving on or not):
+    what it answers is still what it decides from the rows and the head alone. The epoch
+    moves whenever the rows change (the database's triggers); each read twice in a row."""
     remembering = ProjectionSet(THREE)
+    head, epoch, rows = 10, 0, []
     with open_store(sqlite_url, projections=THREE) as store, store.write_transaction() as conn:
-        for rows in sequence:
+        for step in steps:
+            if isinstance(step, int):
+                head += step
+            else:
+                epoch, rows = epoch + 1, step
             for _ in range(2):
-                found = remembering.follow(conn, rows, _HEAD)
-                assert set(found) == set(ProjectionSet(THREE).follow(conn, rows, _HEAD))
+                known = remembering.known_epoch == epoch
+                found = remembering.follow(conn, _read_at(head, epoch, [] if known else rows))
+                decided = ProjectionSet(THREE).follow(conn, _read_at(head, epoch, rows))
+                assert set(found) == set(decided)
 
 
 def test_the_check_constraint_refuses_other_negative_checkpoints(store_url: str) -> None:

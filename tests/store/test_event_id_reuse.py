@@ -240,8 +240,10 @@ def test_the_id_check_adds_no_statement_to_a_successful_append(store: Store) -> 
     sent: list[str] = []
 
     def seen(_conn: Any, _cursor: Any, sql: str, *_rest: Any) -> None:
-        # PostgreSQL sends the stream id quoted into the statement that reads the heads.
-        sent.append(re.sub(r"trm_append_heads\('[^']*'\)", "trm_append_heads(<stream>)", sql))
+        # PostgreSQL sends the stream id and the projections' epoch into the statement that
+        # reads the heads.
+        heads = r"trm_append_heads\('[^']*', *-?\d+\)"
+        sent.append(re.sub(heads, "trm_append_heads(<stream>, <epoch>)", sql))
 
     engine = store._backend.engine
     store.append("warm", [added(0)])  # a writer connection prepares once (PostgreSQL)

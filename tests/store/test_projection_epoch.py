@@ -1,0 +1,154 @@
+"""The projections' epoch (`trm_store.schema.PROJECTION_EPOCH`, migration 0006): every statement
+that writes `projection_state` moves it, whoever sends it; an append that knows it reads no
+projection's row; and a change made by another store is still seen by the next append."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import Connection, create_engine, text
+
+from tests.store.helpers import TOTALS, NamedTotals, added, replayed_totals, totals
+from trm_store import StoreError, open_store
+from trm_store.append_heads import NO_EPOCH, heads
+from trm_store.schema import FOLLOWING
+
+TWO = {**TOTALS, "test_other": NamedTotals("test_other")}
+
+_WRITES = {
+    "insert": "INSERT INTO projection_state (name, version, checkpoint, status, updated_at)"
+    " VALUES ('test_new', 1, 0, 'ready', CURRENT_TIMESTAMP) ON CONFLICT (name) DO NOTHING",
+    "version": "UPDATE projection_state SET version = version + 1 WHERE name = 'test_other'",
+    "checkpoint": "UPDATE projection_state SET checkpoint = 0 WHERE name = 'test_totals'",
+    "status": "UPDATE projection_state SET status = 'rebuilding'",
+    "same values": "UPDATE projection_state SET version = version",
+    "delete": "DELETE FROM projection_state WHERE name = 'test_new'",
+}
+
+
+def _epoch(conn: Connection) -> int:
+    return int(conn.execute(text("SELECT epoch FROM projection_epoch")).scalar_one())
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(writes=st.lists(st.sampled_from(sorted(_WRITES)), min_size=1, max_size=6))
+def test_every_write_to_projection_state_moves_the_epoch(store_url: str, writes: list[str]) -> None:
+    """A statement that changes no row may move it or not; one that changes a row always does."""
+    with open_store(store_url, projections=TWO) as store:
+        with store._reading() as conn:
+            seen = {_epoch(conn)}
+        for write in writes:
+            with store.write_transaction() as conn:
+                changed = conn.execute(text(_WRITES[write])).rowcount
+                epoch = _epoch(conn)
+            if changed:
+                assert epoch not in seen, write
+            seen.add(epoch)
+        with store._reading() as conn:
+            conn.execute(text("SELECT * FROM projection_state")).all()
+            assert _epoch(conn) == epoch  # a read leaves it
+    assert epoch >= 0 and NO_EPOCH == -1  # an append that knows none never finds it
+
+
+def test_the_epoch_starts_at_a_random_value(tmp_path: Any) -> None:
+    """Two databases do not share an epoch: a store whose file is swapped for another one
+    does not take that one's rows for those it knew."""
+    epochs = set()
+    for k in range(3):
+        url = f"sqlite:///{tmp_path / f'{k}.db'}"
+        with open_store(url, projections={}) as store, store._reading() as conn:
+            epochs.add(_epoch(conn))
+    assert len(epochs) == 3
+
+
+def test_an_append_that_knows_the_epoch_reads_no_projection_row(store_url: str) -> None:
+    with open_store(store_url, projections=TWO) as store:
+        store.append("a", [added(1)])
+        store.append("a", [added(2)])
+        with store.write_transaction() as conn:
+            current = _epoch(conn)
+            unknown = heads(conn, "a", NO_EPOCH)
+            known = heads(conn, "a", current)
+        assert store._projections.known_epoch == current
+    assert (unknown.log_head, unknown.stream_version, unknown.epoch) == (2, 2, current)
+    assert sorted((r[3], r[5]) for r in unknown.checkpoints) == [
+        ("test_other", FOLLOWING),
+        ("test_totals", FOLLOWING),
+    ]
+    assert known == (2, 2, current, ())
+
+
+class _OtherV2(NamedTotals):
+    version = 2
+
+
+def _table(store: Any, name: str) -> list[Any]:
+    with store._reading() as conn:
+        return sorted(tuple(row) for row in conn.execute(text(f"SELECT * FROM {name}")))
+
+
+def test_a_change_by_another_store_is_seen_by_the_next_append(store_url: str) -> None:
+    """The first store knows the epoch; another one (another process's, as far as the first
+    can tell) rebuilds a projection at another version. The first store's next append reads
+    the rows again and leaves that projection alone: without the epoch's move it would go on
+    applying its events to the table the other version rebuilt."""
+    with open_store(store_url, projections=TWO) as first:
+        first.append("a", [added(1)])
+        first.append("a", [added(2)])
+        known = first._projections.known_epoch
+        other = {**TOTALS, "test_other": _OtherV2("test_other")}
+        with open_store(store_url, projections=other) as second:
+            assert second.projection_status()["test_other"].version == 2
+            rebuilt = _table(second, "test_other")
+        first.append("a", [added(3)])
+        assert first._projections.known_epoch != known
+        assert totals(first) == replayed_totals(first)
+        assert _table(first, "test_other") == rebuilt
+
+
+def test_the_triggers_name_their_own_schema_on_postgresql(pg_url: str) -> None:
+    """A session whose search_path leads elsewhere writes `<schema>.projection_state`: the
+    epoch of that schema moves (the trigger does not look for the table on the path)."""
+    with open_store(pg_url, projections=TWO) as store, store._reading() as conn:
+        schema = conn.execute(text("SELECT current_schema()")).scalar_one()
+        before = _epoch(conn)
+    engine = create_engine(pg_url.split("?")[0])
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("SET LOCAL search_path TO pg_catalog"))
+            conn.execute(text(f'UPDATE "{schema}".projection_state SET version = version + 1'))
+    finally:
+        engine.dispose()
+    with open_store(pg_url, projections={}) as store, store._reading() as conn:
+        assert _epoch(conn) != before
+
+
+@pytest.mark.parametrize("projections", [{}, TWO])
+def test_appends_with_and_without_projections_agree_with_a_replay(
+    store_url: str, projections: dict[str, Any]
+) -> None:
+    with open_store(store_url, projections=projections) as store:
+        for k in range(1, 6):
+            store.append("a", [added(k)])
+        if projections:
+            assert totals(store) == replayed_totals(store)
+        server_numbered = store.dialect == "postgresql" and not projections  # no heads read
+        with store._reading() as conn:
+            assert store._projections.known_epoch == (NO_EPOCH if server_numbered else _epoch(conn))
+
+
+def test_an_append_refuses_to_write_once_the_epoch_row_is_gone(store_url: str) -> None:
+    """Deleted outside trm, the row could no longer tell an append that the projections' rows
+    changed: the append is refused with a typed error and writes nothing."""
+    with open_store(store_url, projections=TWO) as store:
+        store.append("a", [added(1)])
+        with store.write_transaction() as conn:
+            conn.execute(text("DELETE FROM projection_epoch"))
+        with pytest.raises(StoreError, match="projection_epoch is gone"):
+            store.append("a", [added(2)])
+        assert [e.version for e in store.read_stream("a")] == [1]
