@@ -44,7 +44,7 @@ HEADS_PREPARABLE = _HEADS.format(stream="$1", known="$2")
 
 NO_EPOCH = -1
 """The epoch an append sends when it knows none: never one the database holds (migration 0006
-starts it at a value >= 0 and only adds to it)."""
+draws each one in [0, 2**53))."""
 
 CheckpointRow = Sequence[Any]
 """A projection's row as an append reads it, the statement's row as it came: the two heads and

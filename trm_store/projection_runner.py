@@ -45,11 +45,10 @@ class ProjectionSet:
         }
         self.versions = {name: p.version for name, p in self.projections.items()}
         """Name -> version: the projections this code runs."""
-        self.known_epoch = NO_EPOCH
+        self._known: tuple[int, frozenset[str]] = (NO_EPOCH, frozenset())
         """The projections' epoch when `follow` last decided who follows without changing a
-        row: an append sends it with its read of the heads (`trm_store.append_heads`), which
-        returns no projection's row while it holds, and `_known_following` is the answer."""
-        self._known_following: frozenset[str] = frozenset()
+        row, and its answer: one attribute, so that an interrupt cannot leave one of them
+        new beside the other old."""
         self._subscribers: dict[str, tuple[str, ...]] = {}
         """Event type -> the projections that take it, in registration order."""
         for name, p in self.projections.items():
@@ -69,8 +68,9 @@ class ProjectionSet:
         Such a change moves the epoch on, so the next append decides again. A decision that
         changed no row holds while the epoch does, the log's head moving on included: only a
         checkpoint of this code's ahead of the head could come to equal it."""
-        if read.epoch == self.known_epoch:
-            return self._known_following
+        known_epoch, known_following = self._known
+        if read.epoch == known_epoch:
+            return known_following
         following: set[str] = set()
         changed: list[dict[str, int | str]] = []
         ahead = False
@@ -89,8 +89,14 @@ class ProjectionSet:
         if changed:
             execute_many(conn, _SET_CHECKPOINT, changed)
         elif not ahead:
-            self.known_epoch, self._known_following = read.epoch, frozenset(following)
+            self._known = (read.epoch, frozenset(following))
         return following
+
+    @property
+    def known_epoch(self) -> int:
+        """The epoch an append sends with its read of the heads (`trm_store.append_heads`),
+        which returns no projection's row while the database holds it."""
+        return self._known[0]
 
     def take_any(self, event_types: Collection[str]) -> bool:
         """Whether a projection of this store takes any of `event_types`."""

@@ -117,8 +117,8 @@ PROJECTION_EPOCH = Table(
     Column("epoch", BigInteger, nullable=False),
     CheckConstraint("id = 1", name="ck_projection_epoch_one_row"),
 )
-"""One row whose `epoch` changes with every statement that writes `projection_state` (triggers,
-migration 0006), starting at a random value: an append reads it, not every projection's row,
+"""One row whose `epoch` changes, to a new random value, with every statement that writes
+`projection_state` (triggers, migration 0006): an append reads it, not every projection's row,
 to learn that those rows are as it last found them (`trm_store.append_heads`)."""
 
 RUN_LEASES = Table(

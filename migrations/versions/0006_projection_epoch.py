@@ -10,10 +10,18 @@ last decided who follows (`trm_store.append_heads`): a single-event append on SQ
 
 Triggers change it, so that no writer of `projection_state` (trm's code, an older trm, a user's
 SQL) can forget to: SQLite's after each row, PostgreSQL's after each statement (TRUNCATE
-included). It starts at a random value, so that a store whose database is swapped for another
-one (a restored backup, a recreated file) cannot find the same number there by chance. Every
-trm writer of `projection_state` takes the writer lock first (`Store.write_transaction`), so on
-PostgreSQL the row's lock is always taken after the append lock: no deadlock between them.
+included), firing even where triggers are off for replication (`ENABLE ALWAYS`: a logical
+replication apply worker, `session_replication_role = replica`). Each change draws a new random
+value, never the last one plus one: a database swapped for another one, or for a backup of
+itself restored, then written again, cannot come back to the number a store knows but for a
+chance of one in 2**53.
+
+On PostgreSQL a statement on `projection_state` first takes the store's append lock
+(`trm_store.postgres.APPEND_LOCK_NAMESPACE` and its schema's hash), before any of its rows, as
+every append holds it from its start: a user's transaction that writes `projection_state`
+waits for the appends in flight and makes the next ones wait until it ends, and the one epoch
+row cannot deadlock it with them (it would, taken after rows of `projection_state` that an
+append's `follow` also writes). trm's own writers hold the lock already (`write_transaction`).
 
 Revision ID: 0006
 Revises: 0005
@@ -30,24 +38,38 @@ down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_START = {  # a random value in [0, 2**53): never -1, which an append sends for "none known yet"
+_RANDOM = {  # a value in [0, 2**53): never -1, which an append sends for "none known yet"
     "sqlite": "abs(random() % 9007199254740992)",
     "postgresql": "floor(random() * 9007199254740992)::bigint",
 }
+_SET = "UPDATE {schema}projection_epoch SET epoch = {random} WHERE id = 1"
 _SQLITE_TRIGGERS = [  # a trigger's statements name tables of its own table's database
     f"CREATE TRIGGER projection_epoch_after_{verb.lower()} AFTER {verb} ON projection_state"
-    " BEGIN UPDATE projection_epoch SET epoch = epoch + 1 WHERE id = 1; END"
+    f" BEGIN {_SET.format(schema='', random=_RANDOM['sqlite'])}; END"
     for verb in ("INSERT", "UPDATE", "DELETE")
 ]
+_APPEND_LOCK_NAMESPACE = 0x74726141
+"""`trm_store.postgres.APPEND_LOCK_NAMESPACE` as of this revision (a migration stays as it was
+written; tests/store/test_projection_epoch.py checks they agree)."""
+# The tables named in the trigger's own schema: a session whose search_path leads elsewhere
+# (psql writing `<schema>.projection_state`) must not move, or miss, another schema's epoch,
+# nor take another schema's lock.
 _POSTGRES_TRIGGERS = [
-    # The table named in the trigger's own schema: a session whose search_path leads elsewhere
-    # (psql writing `<schema>.projection_state`) must not move, or miss, another schema's.
+    "CREATE FUNCTION trm_projection_state_lock() RETURNS trigger LANGUAGE plpgsql AS $$"
+    f" BEGIN PERFORM pg_advisory_xact_lock({_APPEND_LOCK_NAMESPACE}, hashtext(TG_TABLE_SCHEMA));"
+    " RETURN NULL; END $$",
     "CREATE FUNCTION trm_projection_epoch_bump() RETURNS trigger LANGUAGE plpgsql AS $$"
-    " BEGIN EXECUTE format('UPDATE %I.projection_epoch SET epoch = epoch + 1 WHERE id = 1',"
-    " TG_TABLE_SCHEMA); RETURN NULL; END $$",
+    " BEGIN EXECUTE format("
+    f"'{_SET.format(schema='%I.', random=_RANDOM['postgresql'])}', TG_TABLE_SCHEMA);"
+    " RETURN NULL; END $$",
+    "CREATE TRIGGER projection_state_lock"
+    " BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON projection_state"
+    " FOR EACH STATEMENT EXECUTE FUNCTION trm_projection_state_lock()",
     "CREATE TRIGGER projection_epoch_bump"
     " AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON projection_state"
     " FOR EACH STATEMENT EXECUTE FUNCTION trm_projection_epoch_bump()",
+    "ALTER TABLE projection_state ENABLE ALWAYS TRIGGER projection_state_lock",
+    "ALTER TABLE projection_state ENABLE ALWAYS TRIGGER projection_epoch_bump",
 ]
 
 
@@ -59,15 +81,19 @@ def upgrade() -> None:
         sa.Column("epoch", sa.BigInteger, nullable=False),
         sa.CheckConstraint("id = 1", name="ck_projection_epoch_one_row"),
     )
-    op.execute(f"INSERT INTO projection_epoch (id, epoch) VALUES (1, {_START[dialect]})")
+    op.execute(f"INSERT INTO projection_epoch (id, epoch) VALUES (1, {_RANDOM[dialect]})")
     for statement in _POSTGRES_TRIGGERS if dialect == "postgresql" else _SQLITE_TRIGGERS:
         op.execute(statement)
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
-        op.execute("DROP TRIGGER projection_epoch_bump ON projection_state")
-        op.execute("DROP FUNCTION trm_projection_epoch_bump()")
+        for trigger, function in (
+            ("projection_epoch_bump", "trm_projection_epoch_bump"),
+            ("projection_state_lock", "trm_projection_state_lock"),
+        ):
+            op.execute(f"DROP TRIGGER {trigger} ON projection_state")
+            op.execute(f"DROP FUNCTION {function}()")
     else:
         for verb in ("insert", "update", "delete"):
             op.execute(f"DROP TRIGGER projection_epoch_after_{verb}")

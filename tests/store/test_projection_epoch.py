@@ -4,6 +4,11 @@ projection's row; and a change made by another store is still seen by the next a
 
 from __future__ import annotations
 
+import importlib
+import sqlite3
+import threading
+from contextlib import closing
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,8 +17,10 @@ from hypothesis import strategies as st
 from sqlalchemy import Connection, create_engine, text
 
 from tests.store.helpers import TOTALS, NamedTotals, added, replayed_totals, totals
-from trm_store import StoreError, open_store
+from tests.store.interrupt_places import LIMIT, InterruptAt, outcome_of, traced_by
+from trm_store import StoreError, open_store, projection_runner
 from trm_store.append_heads import NO_EPOCH, heads
+from trm_store.postgres import APPEND_LOCK_NAMESPACE
 from trm_store.schema import FOLLOWING
 
 TWO = {**TOTALS, "test_other": NamedTotals("test_other")}
@@ -152,3 +159,165 @@ def test_an_append_refuses_to_write_once_the_epoch_row_is_gone(store_url: str) -
         with pytest.raises(StoreError, match="projection_epoch is gone"):
             store.append("a", [added(2)])
         assert [e.version for e in store.read_stream("a")] == [1]
+
+
+def _epoch_of(store: Any) -> int:
+    with store._reading() as conn:
+        return _epoch(conn)
+
+
+def _sqlite_copy(source: Path, target: Path) -> None:
+    """SQLite's online backup API: what `sqlite3 live.db '.restore backup.db'` does."""
+    with closing(sqlite3.connect(source)) as src, closing(sqlite3.connect(target)) as dst:
+        src.backup(dst)
+
+
+def test_a_restored_backup_written_again_does_not_come_back_to_the_known_epoch(
+    tmp_path: Path,
+) -> None:
+    """A backup restored under an open store, then written as often as the live database was
+    since the backup: were the epoch a counter, it would be back at the number the store knows,
+    with other rows behind it."""
+    live, backup = tmp_path / "live.db", tmp_path / "backup.db"
+    touch = text("UPDATE projection_state SET updated_at = updated_at WHERE name = 'test_totals'")
+    with open_store(f"sqlite:///{live}", projections=TWO) as first:
+        first.append("a", [added(1)])  # the rows begin to follow: changed, nothing known yet
+        _sqlite_copy(live, backup)
+        for _ in range(3):
+            with first.write_transaction() as conn:
+                conn.execute(touch)
+        first.append("a", [added(2)])  # decides, and knows the epoch
+        known = first._projections.known_epoch
+        assert known == _epoch_of(first)
+        _sqlite_copy(backup, live)
+        with open_store(f"sqlite:///{live}", projections=TWO) as other:
+            for _ in range(3):
+                with other.write_transaction() as conn:
+                    conn.execute(touch)
+            assert _epoch_of(other) != known
+
+
+def test_the_lock_namespace_of_the_migration_is_the_stores() -> None:
+    migration = importlib.import_module("migrations.versions.0006_projection_epoch")
+    assert migration._APPEND_LOCK_NAMESPACE == APPEND_LOCK_NAMESPACE
+
+
+def _pg_schema(store: Any) -> str:
+    with store._reading() as conn:
+        return str(conn.execute(text("SELECT current_schema()")).scalar_one())
+
+
+def test_a_write_as_a_replica_moves_the_epoch_on_postgresql(pg_url: str) -> None:
+    """A logical replication worker, or `SET session_replication_role = replica`, runs no
+    ordinary trigger: the epoch's are `ENABLE ALWAYS`, so the open store still sees the row
+    another version set, and moves the log past it instead of applying it."""
+    with open_store(pg_url, projections=TWO) as store:
+        store.append("a", [added(1)])
+        store.append("a", [added(2)])
+        schema = _pg_schema(store)
+        engine = create_engine(pg_url.split("?")[0])
+        try:
+            with engine.begin() as conn:
+                conn.execute(text("SET LOCAL session_replication_role = replica"))
+                conn.execute(
+                    text(
+                        f'UPDATE "{schema}".projection_state SET version = 2'
+                        " WHERE name = 'test_other'"
+                    )
+                )
+        finally:
+            engine.dispose()
+        before = _table(store, "test_other")
+        store.append("a", [added(3)])
+        assert _table(store, "test_other") == before
+        with store._reading() as conn:
+            row = conn.execute(
+                text("SELECT version, checkpoint FROM projection_state WHERE name = 'test_other'")
+            ).one()
+        assert tuple(row) == (2, 2)  # set to the head it reached, no longer following
+
+
+def test_a_transaction_of_yours_on_projection_state_cannot_deadlock_an_append(
+    pg_url: str,
+) -> None:
+    """Your transaction writes one projection's row; an append that must mark another one as
+    following waits for it (the append lock, taken by your first statement), and your second
+    statement, on the row the append wants, goes on: both commit, neither is aborted."""
+    with open_store(pg_url, projections=TWO) as store:
+        store.append("a", [added(1)])
+        store.append("a", [added(2)])
+        schema = _pg_schema(store)
+        caught_up = f"UPDATE \"{schema}\".projection_state SET checkpoint = 2 WHERE name = '{{}}'"
+        touched = f"UPDATE \"{schema}\".projection_state SET updated_at = now() WHERE name = '{{}}'"
+        engine = create_engine(pg_url.split("?")[0])
+        try:
+            with engine.begin() as conn:  # caught up: the next append marks it following
+                conn.execute(text(caught_up.format("test_other")))
+            with engine.connect() as yours:
+                yours.execute(text(touched.format("test_totals")))
+                outcome: list[object] = []
+                append = threading.Thread(
+                    target=lambda: outcome.append(outcome_of(lambda: store.append("a", [added(3)])))
+                )
+                append.start()
+                append.join(0.5)
+                assert append.is_alive()  # waiting for your transaction
+                yours.execute(text(touched.format("test_other")))
+                yours.commit()
+            append.join(LIMIT)
+        finally:
+            engine.dispose()
+        assert [type(o) for o in outcome] == [list], outcome
+        assert totals(store) == replayed_totals(store)
+
+
+_AT_THE_HEAD = text(
+    "UPDATE projection_state SET checkpoint = (SELECT max(position) FROM events) WHERE name = :name"
+)
+
+
+def _interrupted_while_deciding(store: Any, at: int) -> InterruptAt:
+    """An append that decides who follows (its epoch is not the one known), interrupted at the
+    `at`-th place of the projections' code (`trm_store.projection_runner`): where a Ctrl-C can
+    land while `follow` decides, writes and remembers, and while the events are applied."""
+    tracer = InterruptAt(at, traced={projection_runner.__file__}, own_starts=True)
+    with traced_by(tracer):
+        store.append("a", [added(10)])
+    return tracer
+
+
+def test_an_interrupt_while_deciding_leaves_the_next_append_right(tmp_path: Path) -> None:
+    """At each place in turn: another version rebuilt `test_other`, so this store must stop
+    applying it, and `test_third` caught up to the head, so it must start. Whatever an
+    interrupt cut short, the next append applies exactly the projections that follow."""
+    three = {**TWO, "test_third": NamedTotals("test_third")}
+    for at in range(1, 400):
+        url = f"sqlite:///{tmp_path / f'{at}.db'}"
+        with open_store(url, projections=three) as store:
+            store.append("a", [added(1)])
+            store.append("a", [added(2)])  # known: all three follow
+            with store.write_transaction() as conn:  # stopped following, at the head
+                conn.execute(_AT_THE_HEAD, {"name": "test_third"})
+            with open_store(url, projections={**three, "test_other": _OtherV2("test_other")}):
+                pass  # rebuilt at version 2 by "another process"
+            rebuilt = _table(store, "test_other")
+            tracer = _interrupted_while_deciding(store, at)
+            store.append("a", [added(20)])
+            assert _table(store, "test_other") == rebuilt, at
+            assert totals(store) == replayed_totals(store), at
+            events = store.read_stream("a")
+            whole = ("a", sum(e.data["amount"] for e in events), len(events), events[-1].position)
+            assert _table(store, "test_third") == [whole], at
+            with store._reading() as conn:
+                rows = conn.execute(text("SELECT name, version, checkpoint FROM projection_state"))
+                stored = {name: (version, checkpoint) for name, version, checkpoint in rows}
+            assert stored == {
+                "test_totals": (1, FOLLOWING),
+                "test_other": (2, 2),
+                "test_third": (1, FOLLOWING),
+            }, at
+        if tracer.places < at:
+            break
+    else:
+        pytest.fail("the runs never reached the end of the append")
+    assert at > 10
