@@ -9,19 +9,18 @@ last decided who follows (`trm_store.append_heads`): a single-event append on SQ
 ~362,000 to ~318,000 instructions (callgrind), the statement alone from 8.3 to 4.1 us (timeit).
 
 Triggers change it, so that no writer of `projection_state` (trm's code, an older trm, a user's
-SQL) can forget to: SQLite's after each row, PostgreSQL's after each statement (TRUNCATE
+SQL) can forget to: SQLite's after each row, PostgreSQL's before each statement (TRUNCATE
 included), firing even where triggers are off for replication (`ENABLE ALWAYS`: a logical
 replication apply worker, `session_replication_role = replica`). Each change draws a new random
 value, never the last one plus one: a database swapped for another one, or for a backup of
-itself restored, then written again, cannot come back to the number a store knows but for a
-chance of one in 2**53.
+itself restored, then written again, cannot come back to the number a store knows but by a
+chance of about one in 2**52 (PostgreSQL's `random()` has 52 random bits).
 
-On PostgreSQL a statement on `projection_state` first takes the store's append lock
-(`trm_store.postgres.APPEND_LOCK_NAMESPACE` and its schema's hash), before any of its rows, as
-every append holds it from its start: a user's transaction that writes `projection_state`
-waits for the appends in flight and makes the next ones wait until it ends, and the one epoch
-row cannot deadlock it with them (it would, taken after rows of `projection_state` that an
-append's `follow` also writes). trm's own writers hold the lock already (`write_transaction`).
+PostgreSQL's trigger runs before its statement touches a row of `projection_state`: every
+writer of it takes the epoch's row first, so that one row cannot deadlock two transactions
+that write `projection_state` rows in different orders (an append's `follow` and a user's
+repair, say); taken after the rows, it would. The epoch's row is all a user's transaction
+waits for: it takes no lock of trm's.
 
 Revision ID: 0006
 Revises: 0005
@@ -48,27 +47,16 @@ _SQLITE_TRIGGERS = [  # a trigger's statements name tables of its own table's da
     f" BEGIN {_SET.format(schema='', random=_RANDOM['sqlite'])}; END"
     for verb in ("INSERT", "UPDATE", "DELETE")
 ]
-_APPEND_LOCK_NAMESPACE = 0x74726141
-"""`trm_store.postgres.APPEND_LOCK_NAMESPACE` as of this revision (a migration stays as it was
-written; tests/store/test_projection_epoch.py checks they agree)."""
-# The tables named in the trigger's own schema: a session whose search_path leads elsewhere
-# (psql writing `<schema>.projection_state`) must not move, or miss, another schema's epoch,
-# nor take another schema's lock.
+# The table named in the trigger's own schema: a session whose search_path leads elsewhere
+# (psql writing `<schema>.projection_state`) must not move, or miss, another schema's epoch.
 _POSTGRES_TRIGGERS = [
-    "CREATE FUNCTION trm_projection_state_lock() RETURNS trigger LANGUAGE plpgsql AS $$"
-    f" BEGIN PERFORM pg_advisory_xact_lock({_APPEND_LOCK_NAMESPACE}, hashtext(TG_TABLE_SCHEMA));"
-    " RETURN NULL; END $$",
     "CREATE FUNCTION trm_projection_epoch_bump() RETURNS trigger LANGUAGE plpgsql AS $$"
     " BEGIN EXECUTE format("
     f"'{_SET.format(schema='%I.', random=_RANDOM['postgresql'])}', TG_TABLE_SCHEMA);"
     " RETURN NULL; END $$",
-    "CREATE TRIGGER projection_state_lock"
-    " BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON projection_state"
-    " FOR EACH STATEMENT EXECUTE FUNCTION trm_projection_state_lock()",
     "CREATE TRIGGER projection_epoch_bump"
-    " AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON projection_state"
+    " BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON projection_state"
     " FOR EACH STATEMENT EXECUTE FUNCTION trm_projection_epoch_bump()",
-    "ALTER TABLE projection_state ENABLE ALWAYS TRIGGER projection_state_lock",
     "ALTER TABLE projection_state ENABLE ALWAYS TRIGGER projection_epoch_bump",
 ]
 
@@ -88,12 +76,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
-        for trigger, function in (
-            ("projection_epoch_bump", "trm_projection_epoch_bump"),
-            ("projection_state_lock", "trm_projection_state_lock"),
-        ):
-            op.execute(f"DROP TRIGGER {trigger} ON projection_state")
-            op.execute(f"DROP FUNCTION {function}()")
+        op.execute("DROP TRIGGER projection_epoch_bump ON projection_state")
+        op.execute("DROP FUNCTION trm_projection_epoch_bump()")
     else:
         for verb in ("insert", "update", "delete"):
             op.execute(f"DROP TRIGGER projection_epoch_after_{verb}")

@@ -4,9 +4,9 @@ projection's row; and a change made by another store is still seen by the next a
 
 from __future__ import annotations
 
-import importlib
 import sqlite3
 import threading
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,6 @@ from tests.store.helpers import TOTALS, NamedTotals, added, replayed_totals, tot
 from tests.store.interrupt_places import LIMIT, InterruptAt, outcome_of, traced_by
 from trm_store import StoreError, open_store, projection_runner
 from trm_store.append_heads import NO_EPOCH, heads
-from trm_store.postgres import APPEND_LOCK_NAMESPACE
 from trm_store.schema import FOLLOWING
 
 TWO = {**TOTALS, "test_other": NamedTotals("test_other")}
@@ -197,11 +196,6 @@ def test_a_restored_backup_written_again_does_not_come_back_to_the_known_epoch(
             assert _epoch_of(other) != known
 
 
-def test_the_lock_namespace_of_the_migration_is_the_stores() -> None:
-    migration = importlib.import_module("migrations.versions.0006_projection_epoch")
-    assert migration._APPEND_LOCK_NAMESPACE == APPEND_LOCK_NAMESPACE
-
-
 def _pg_schema(store: Any) -> str:
     with store._reading() as conn:
         return str(conn.execute(text("SELECT current_schema()")).scalar_one())
@@ -237,11 +231,18 @@ def test_a_write_as_a_replica_moves_the_epoch_on_postgresql(pg_url: str) -> None
         assert tuple(row) == (2, 2)  # set to the head it reached, no longer following
 
 
+def _in_a_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    outcome: list[object] = []
+    thread = threading.Thread(target=lambda: outcome.append(outcome_of(call)))
+    thread.start()
+    return thread, outcome
+
+
 def test_a_transaction_of_yours_on_projection_state_cannot_deadlock_an_append(
     pg_url: str,
 ) -> None:
     """Your transaction writes one projection's row; an append that must mark another one as
-    following waits for it (the append lock, taken by your first statement), and your second
+    following waits for it (the epoch's row, which your first statement took), and your second
     statement, on the row the append wants, goes on: both commit, neither is aborted."""
     with open_store(pg_url, projections=TWO) as store:
         store.append("a", [added(1)])
@@ -255,11 +256,7 @@ def test_a_transaction_of_yours_on_projection_state_cannot_deadlock_an_append(
                 conn.execute(text(caught_up.format("test_other")))
             with engine.connect() as yours:
                 yours.execute(text(touched.format("test_totals")))
-                outcome: list[object] = []
-                append = threading.Thread(
-                    target=lambda: outcome.append(outcome_of(lambda: store.append("a", [added(3)])))
-                )
-                append.start()
+                append, outcome = _in_a_thread(lambda: store.append("a", [added(3)]))
                 append.join(0.5)
                 assert append.is_alive()  # waiting for your transaction
                 yours.execute(text(touched.format("test_other")))
@@ -269,6 +266,61 @@ def test_a_transaction_of_yours_on_projection_state_cannot_deadlock_an_append(
             engine.dispose()
         assert [type(o) for o in outcome] == [list], outcome
         assert totals(store) == replayed_totals(store)
+
+
+def test_a_repair_of_a_projection_row_cannot_deadlock_an_append(pg_url: str) -> None:
+    """Your transaction fixes a projection's table row, then touches `projection_state`; an
+    append that applies to that table row meanwhile waits for it (holding trm's append lock),
+    and your second statement must not wait for the append: it takes no lock of trm's."""
+    with open_store(pg_url, projections=TWO) as store:
+        store.append("a", [added(1)])
+        store.append("a", [added(2)])  # the epoch known: the next append reads no row
+        schema = _pg_schema(store)
+        engine = create_engine(pg_url.split("?")[0])
+        try:
+            with engine.connect() as yours:
+                yours.execute(
+                    text(f"UPDATE \"{schema}\".test_totals SET total = total WHERE stream_id = 'a'")
+                )
+                append, outcome = _in_a_thread(lambda: store.append("a", [added(3)]))
+                append.join(0.5)
+                assert append.is_alive()  # waiting for your row
+                yours.execute(
+                    text(
+                        f'UPDATE "{schema}".projection_state SET updated_at = now()'
+                        " WHERE name = 'test_totals'"
+                    )
+                )
+                yours.commit()
+            append.join(LIMIT)
+        finally:
+            engine.dispose()
+        assert [type(o) for o in outcome] == [list], outcome
+        assert totals(store) == replayed_totals(store)
+
+
+def test_a_truncate_of_projection_state_cannot_deadlock_a_writer(pg_url: str) -> None:
+    """`TRUNCATE projection_state` locks the whole table, then its trigger moves the epoch; a
+    writer of the store holding trm's append lock (as a catch-up or a rebuild's swap does) and
+    reading `projection_state` meanwhile waits for it, and it does not wait for the writer."""
+    with open_store(pg_url, projections=TWO) as store:
+        store.append("a", [added(1)])
+        schema = _pg_schema(store)
+        engine = create_engine(pg_url.split("?")[0])
+
+        def truncate() -> None:
+            with engine.begin() as conn:
+                conn.execute(text(f'TRUNCATE "{schema}".projection_state'))
+
+        try:
+            with store.write_transaction() as conn:
+                truncating, outcome = _in_a_thread(truncate)
+                truncating.join(0.5)
+                assert conn.execute(text("SELECT count(*) FROM projection_state")).scalar_one() == 0
+            truncating.join(LIMIT)
+        finally:
+            engine.dispose()
+        assert outcome == [None], outcome
 
 
 _AT_THE_HEAD = text(
