@@ -238,6 +238,24 @@ def _in_a_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[obj
     return thread, outcome
 
 
+def _yours_and_an_append(store: Any, pg_url: str, first: str, then: str) -> list[object]:
+    """Your transaction (another connection) runs `first`; an append begins and must wait for
+    it; your transaction runs `then` and commits: what the append returned or raised."""
+    engine = create_engine(pg_url.split("?")[0])
+    try:
+        with engine.connect() as yours:
+            yours.execute(text(first))
+            append, outcome = _in_a_thread(lambda: store.append("a", [added(3)]))
+            append.join(0.5)
+            assert append.is_alive()  # waiting for your transaction
+            yours.execute(text(then))
+            yours.commit()
+        append.join(LIMIT)
+    finally:
+        engine.dispose()
+    return outcome
+
+
 def test_a_transaction_of_yours_on_projection_state_cannot_deadlock_an_append(
     pg_url: str,
 ) -> None:
@@ -247,23 +265,15 @@ def test_a_transaction_of_yours_on_projection_state_cannot_deadlock_an_append(
     with open_store(pg_url, projections=TWO) as store:
         store.append("a", [added(1)])
         store.append("a", [added(2)])
-        schema = _pg_schema(store)
-        caught_up = f"UPDATE \"{schema}\".projection_state SET checkpoint = 2 WHERE name = '{{}}'"
-        touched = f"UPDATE \"{schema}\".projection_state SET updated_at = now() WHERE name = '{{}}'"
-        engine = create_engine(pg_url.split("?")[0])
-        try:
-            with engine.begin() as conn:  # caught up: the next append marks it following
-                conn.execute(text(caught_up.format("test_other")))
-            with engine.connect() as yours:
-                yours.execute(text(touched.format("test_totals")))
-                append, outcome = _in_a_thread(lambda: store.append("a", [added(3)]))
-                append.join(0.5)
-                assert append.is_alive()  # waiting for your transaction
-                yours.execute(text(touched.format("test_other")))
-                yours.commit()
-            append.join(LIMIT)
-        finally:
-            engine.dispose()
+        with store.write_transaction() as conn:  # caught up: the next append marks it following
+            conn.execute(_AT_THE_HEAD, {"name": "test_other"})
+        touched = f'UPDATE "{_pg_schema(store)}".projection_state SET updated_at = now()'
+        outcome = _yours_and_an_append(
+            store,
+            pg_url,
+            f"{touched} WHERE name = 'test_totals'",
+            f"{touched} WHERE name = 'test_other'",
+        )
         assert [type(o) for o in outcome] == [list], outcome
         assert totals(store) == replayed_totals(store)
 
@@ -276,25 +286,13 @@ def test_a_repair_of_a_projection_row_cannot_deadlock_an_append(pg_url: str) -> 
         store.append("a", [added(1)])
         store.append("a", [added(2)])  # the epoch known: the next append reads no row
         schema = _pg_schema(store)
-        engine = create_engine(pg_url.split("?")[0])
-        try:
-            with engine.connect() as yours:
-                yours.execute(
-                    text(f"UPDATE \"{schema}\".test_totals SET total = total WHERE stream_id = 'a'")
-                )
-                append, outcome = _in_a_thread(lambda: store.append("a", [added(3)]))
-                append.join(0.5)
-                assert append.is_alive()  # waiting for your row
-                yours.execute(
-                    text(
-                        f'UPDATE "{schema}".projection_state SET updated_at = now()'
-                        " WHERE name = 'test_totals'"
-                    )
-                )
-                yours.commit()
-            append.join(LIMIT)
-        finally:
-            engine.dispose()
+        outcome = _yours_and_an_append(
+            store,
+            pg_url,
+            f"UPDATE \"{schema}\".test_totals SET total = total WHERE stream_id = 'a'",
+            f'UPDATE "{schema}".projection_state SET updated_at = now()'
+            " WHERE name = 'test_totals'",
+        )
         assert [type(o) for o in outcome] == [list], outcome
         assert totals(store) == replayed_totals(store)
 
