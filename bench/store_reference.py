@@ -251,9 +251,10 @@ class RawLog:
         versions: dict[str, int] = {}
         if plan.heads is not None:
             first = prepared[0][0]
-            # The heads in every row, with a projection's row each (`trm_store.append_heads`),
-            # all fetched as the store fetches them; deciding who follows is the store's own
-            # work, which the reference skips (none changes in a steady run).
+            # The heads, with a projection's row each when the epoch sent is not the one the
+            # database holds (`trm_store.append_heads`), all fetched as the store fetches them;
+            # deciding who follows is the store's own work, which the reference skips (none
+            # changes in a steady run).
             heads = self._step(plan.heads, {Var.STREAM: first, Var.EPOCH: self.epoch})
             previous, versions[first], self.epoch = heads[0][0], heads[0][1], heads[0][2]
         else:

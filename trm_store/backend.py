@@ -83,9 +83,9 @@ class Backend(Protocol):
         go to the driver (`trm_store.driver`): the backend may skip SQLAlchemy's own transaction
         bookkeeping. `heads` are the log's head, `stream_id`'s version, the projections' epoch
         and, unless it is `known_epoch`, their checkpoint rows, read under the lock
-        (`trm_store.append_heads`). A call, not a context
-        manager: the `with` is the backend's own, so that its `except` clause sees every
-        interrupt that lands in the transaction's end (`trm_store.sqlite_transaction`)."""
+        (`trm_store.append_heads`). A call, not a context manager: the `with` is the backend's
+        own, so that its `except` clause sees every interrupt that lands in the transaction's
+        end (`trm_store.sqlite_transaction`)."""
 
     @property
     def append_server_numbered(self) -> AppendServerNumbered | None:
