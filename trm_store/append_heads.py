@@ -73,7 +73,7 @@ def append_heads(rows: Sequence[Sequence[Any]]) -> AppendHeads:
             "0005` then `alembic upgrade head` makes it again"
         )
     checkpoints = rows if first[3] is not None else ()  # one row of NULLs: no projection's
-    return AppendHeads(int(first[0]), int(first[1]), int(first[2]), checkpoints)
+    return AppendHeads(first[0], first[1], first[2], checkpoints)  # integers on both drivers
 
 
 def heads(conn: Connection, stream_id: str, known_epoch: int) -> AppendHeads:

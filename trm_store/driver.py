@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta, timezone
 from operator import itemgetter
 from typing import Any, cast
 
-from sqlalchemy import Column, Connection, TextClause, bindparam, text
+from sqlalchemy import Column, Connection, DateTime, TextClause, bindparam, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.engine.interfaces import DBAPIConnection, DBAPICursor
 from sqlalchemy.exc import DBAPIError, StatementError
@@ -244,6 +245,30 @@ def bind_processor(column: Column[Any], dialect: Dialect) -> Callable[[Any], Any
     """How SQLAlchemy converts a value for `column` before the driver gets it (None: as is).
 
     Values sent on the driver go through it, so they are stored exactly as SQLAlchemy stores
-    them (e.g. a DateTime as naive text on SQLite).
+    them (e.g. a DateTime as naive text on SQLite). A DateTime column whose converter gives,
+    for the probes below, what `datetime.isoformat` gives (SQLite's default storage format)
+    has its datetimes converted by that instead: the same text in about two thirds of the
+    time (SQLAlchemy's `%` formatting of a dict of seven fields cost an append ~3,000
+    instructions; a property test checks the two agree).
     """
-    return column.type.dialect_impl(dialect).bind_processor(dialect)
+    processor = column.type.dialect_impl(dialect).bind_processor(dialect)
+    if processor is None or not isinstance(column.type, DateTime):
+        return processor
+
+    def convert(value: Any) -> Any:
+        # Naive, to the microsecond: an offset dropped, as SQLAlchemy's SQLite text drops it.
+        # A subclass of datetime (its own `isoformat`) goes to SQLAlchemy, as a date does.
+        if type(value) is datetime:
+            return value.isoformat(" ", "microseconds")[:26]
+        return processor(value)
+
+    return convert if all(processor(t) == convert(t) for t in _TIME_PROBES) else processor
+
+
+_TIME_PROBES = (
+    datetime(2026, 12, 7, 16, 53, 15, 43181, tzinfo=UTC),
+    datetime(1, 1, 1),
+    datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone(timedelta(hours=-5))),
+)
+"""Where SQLAlchemy's text and `isoformat`'s could part: no microseconds, a year of one digit, an
+offset other than UTC's."""
