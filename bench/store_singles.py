@@ -51,6 +51,15 @@ print(json.dumps([r.trm, r.raw, r.trm_cpu, r.raw_cpu]))
 """One run, in the tree's directory with the tree first on the path: its bench and its store."""
 
 
+def named_tree(value: str) -> tuple[str, Path]:
+    """`NAME=PATH`, PATH a checkout with a bench directory."""
+    name, sep, path = value.partition("=")
+    tree = Path(path).resolve()
+    if not (sep and name and (tree / "bench" / "store_bench.py").is_file()):
+        raise argparse.ArgumentTypeError(f"{value!r}: want NAME=PATH, PATH a checkout of trm")
+    return name, tree
+
+
 def one_run(tree: Path, durability: str) -> list[float]:
     per_round, rounds = ROUNDS[durability]
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -60,8 +69,9 @@ def one_run(tree: Path, durability: str) -> list[float]:
         env=env,
         capture_output=True,
         text=True,
-        check=True,
     )
+    if done.returncode != 0:
+        raise SystemExit(f"the run in {tree} failed:\n{done.stderr}")
     figures: list[float] = json.loads(done.stdout.splitlines()[-1])
     return figures
 
@@ -78,15 +88,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--tree",
         action="append",
+        type=named_tree,
         metavar="NAME=PATH",
         help="a checkout to measure (repeatable; default: this one, as main)",
     )
     args = parser.parse_args(argv)
-    trees = [t.split("=", 1) for t in (args.tree or [f"main={HERE.parent}"])]
+    trees: list[tuple[str, Path]] = args.tree or [("main", HERE.parent)]
     runs: dict[str, list[list[float]]] = {name: [] for name, _ in trees}
     for k in range(args.runs):
         for name, path in trees:
-            runs[name].append(one_run(Path(path).resolve(), args.durability))
+            runs[name].append(one_run(path, args.durability))
             trm, raw = runs[name][-1][:2]
             print(f"run {k + 1} {name}: {trm / raw:.3f}x ({trm:,.0f} / {raw:,.0f} ev/s)")
     print(f"single-event appends at {args.durability}, trm / raw sqlite3, {args.runs} runs each:")
