@@ -247,9 +247,9 @@ def bind_processor(column: Column[Any], dialect: Dialect) -> Callable[[Any], Any
     Values sent on the driver go through it, so they are stored exactly as SQLAlchemy stores
     them (e.g. a DateTime as naive text on SQLite). A DateTime column whose converter gives,
     for the probes below, what `datetime.isoformat` gives (SQLite's default storage format)
-    has its datetimes converted by that instead: the same text in about two thirds of the
-    time (SQLAlchemy's `%` formatting of a dict of seven fields cost an append ~3,000
-    instructions; a property test checks the two agree).
+    has its datetimes converted by that instead: the same text without SQLAlchemy's `%`
+    formatting of a dict of seven fields (timeit: 1,067 against 1,277 ns; callgrind: ~4,600
+    instructions an append less; a property test checks the two agree).
     """
     processor = column.type.dialect_impl(dialect).bind_processor(dialect)
     if processor is None or not isinstance(column.type, DateTime):
