@@ -13,7 +13,7 @@ latency.
     git worktree add /tmp/before 62dc863
     .venv/bin/python bench/store_singles.py --tree before=/tmp/before --tree main=.
 
-A tree is a checkout of this repository (any commit whose store_bench has `bench_appends`,
+A tree is a checkout of this repository (any commit whose store_bench has `bench_appends`, `sizes`,
 `learn` and `Shape`), imported from its own directory. Exit code 0 whatever the figures: it is a
 report, not a test.
 """
@@ -30,8 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROUNDS = {"full": (10, 301), "normal": (1000, 7)}
-"""(appends per round, rounds): store_bench's own sizes for each durability."""
+DURABILITIES = ("full", "normal")
 
 _CHILD = """
 import json, sys, tempfile
@@ -40,7 +39,9 @@ sys.path.insert(0, "bench")
 import store_bench
 from store_reference import register_workload
 register_workload()
-durability, per_round, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+durability = sys.argv[1]
+size = store_bench.sizes(quick=False, events=0)  # the tree's own: as its full run times them
+per_round, rounds = size.fsyncs if durability == "full" else (size.singles, size.rounds)
 with tempfile.TemporaryDirectory(prefix="store_singles-") as tmp:
     plan = store_bench.learn(Path(tmp))
     r = store_bench.bench_appends(
@@ -61,10 +62,9 @@ def named_tree(value: str) -> tuple[str, Path]:
 
 
 def one_run(tree: Path, durability: str) -> list[float]:
-    per_round, rounds = ROUNDS[durability]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     done = subprocess.run(
-        [sys.executable, "-c", _CHILD, durability, str(per_round), str(rounds)],
+        [sys.executable, "-c", _CHILD, durability],
         cwd=tree,
         env=env,
         capture_output=True,
@@ -83,7 +83,7 @@ def described(values: Sequence[float]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--durability", choices=sorted(ROUNDS), default="full")
+    parser.add_argument("--durability", choices=DURABILITIES, default="full")
     parser.add_argument("--runs", type=int, default=20, help="runs per tree")
     parser.add_argument(
         "--tree",
