@@ -9,7 +9,14 @@ from typing import Any
 
 from trm_store.errors import EventValidationError
 from trm_store.events import NewEvent
-from trm_store.vocabulary import ID_MAX, count_problem, id_problem, text_problem
+from trm_store.vocabulary import (
+    ID_MAX,
+    count_problem,
+    exact_int,
+    exact_text,
+    id_problem,
+    text_problem,
+)
 
 __all__ = ["STREAM_ID_MAX", "AppendItem", "check_items", "check_target", "non_empty_list"]
 
@@ -34,18 +41,27 @@ def check_items(items: Sequence[AppendItem]) -> Sequence[AppendItem]:
     return items
 
 
-def check_target(stream_id: object, expected_version: object) -> None:
-    """Refuse a stream id no backend can store and an expected_version that is not one.
+def check_target(stream_id: object, expected_version: object) -> tuple[str, int | None]:
+    """The stream id and expected_version to write, as plain `str` and `int` (`exact_text`:
+    a subclass's `__ne__` could pass a moved stream's version check); refuse a stream id no
+    backend can store and an expected_version that is not one.
 
     A stream id is an id (`trm_store.vocabulary.id_problem`) that may hold control characters,
     kept verbatim, but not what no backend stores (`text_problem`: NUL, or text that is not
     valid Unicode). An expected_version is None or a version both backends hold (0..INT64_MAX).
     """
+    if type(stream_id) is not str:  # the usual stream id skips the call
+        stream_id = exact_text(stream_id)
     problem = id_problem(stream_id, STREAM_ID_MAX, printable=False) or _text(stream_id)
     if problem is not None:
         raise EventValidationError(f"stream_id {problem}")
+    if expected_version is not None and type(expected_version) is not int:
+        expected_version = exact_int(expected_version)
     if expected_version is not None and (problem := count_problem(expected_version)):
         raise EventValidationError(f"expected_version must be None or a version: it {problem}")
+    assert isinstance(stream_id, str)  # id_problem said so
+    assert expected_version is None or isinstance(expected_version, int)
+    return stream_id, expected_version
 
 
 def _text(value: object) -> str | None:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from itertools import islice
 
 from trm_store.errors import EventValidationError
+from trm_store.vocabulary import exact_text
 
 __all__ = ["check_event_id", "new_event_id", "new_event_ids"]
 
@@ -101,7 +102,8 @@ _NORMAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9
 
 
 def check_event_id(event_id: str) -> str:
-    """Normalise a caller-provided event id (must be a UUID)."""
+    """Normalise a caller-provided event id (must be a UUID), as a plain `str`."""
+    event_id = exact_text(event_id)
     if isinstance(event_id, str) and _NORMAL_UUID.fullmatch(event_id):
         return event_id
     try:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from trm_store.errors import EventValidationError
 from trm_store.plain_models import SchemaCache, plain_model, refuse_non_finite_fields
-from trm_store.vocabulary import text_problem
+from trm_store.vocabulary import exact_int, exact_text, text_problem
 
 __all__ = [
     "EventType",
@@ -248,6 +248,7 @@ def register_event_type(
     upcast: Upcaster | None = None,
 ) -> EventType:
     """Register (or re-register, idempotently) the model for event type `name`."""
+    name = exact_text(name)
     problem = type_name_problem(name)
     if problem is not None:
         raise EventValidationError(f"event type name {problem}")
@@ -263,7 +264,7 @@ def register_event_type(
         raise EventValidationError(
             f"event type {name!r}: schema_version {schema_version} needs an upcaster"
         )
-    registered = EventType(name, model, schema_version, upcast)
+    registered = EventType(name, model, exact_int(schema_version), upcast)
     _REGISTRY[name] = registered
     return registered
 
@@ -279,7 +280,8 @@ def type_name_problem(name: object) -> str | None:
 def event_type(name: str) -> EventType:
     """The registered type `name`, or EventValidationError (for a name that is no string too)."""
     try:
-        return _REGISTRY[name]
+        # Looked up by its text, not by a subclass's `__eq__`.
+        return _REGISTRY[name if type(name) is str else exact_text(name)]
     except (KeyError, TypeError):  # TypeError: an unhashable name (a list)
         raise EventValidationError(f"unknown event type {name!r}: register it first") from None
 

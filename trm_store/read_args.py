@@ -11,7 +11,7 @@ from collections.abc import Collection
 
 from trm_store.errors import EventValidationError
 from trm_store.log_filter import MAX_TYPES, LogFilter
-from trm_store.vocabulary import INT64_MAX, count_problem, text_problem
+from trm_store.vocabulary import INT64_MAX, count_problem, exact_int, exact_text, text_problem
 
 __all__ = [
     "checked_count",
@@ -24,6 +24,7 @@ __all__ = [
 
 def checked_count(name: str, value: object, minimum: int) -> int:
     """`value` as a position, version or size of at least `minimum` (and at most INT64_MAX)."""
+    value = exact_int(value)  # what is checked is what the driver is given
     problem = count_problem(value, minimum)
     if problem is not None:
         raise EventValidationError(f"{name} {problem}")
@@ -37,6 +38,7 @@ def checked_limit(limit: object) -> int:
 
 
 def _checked_text(name: str, value: object) -> str:
+    value = exact_text(value)  # what is checked is what the driver is given
     problem = text_problem(value)
     if problem is not None:
         raise EventValidationError(f"{name} {problem}")

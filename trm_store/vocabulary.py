@@ -24,6 +24,7 @@ as INFRA is scored as a wrong answer (`correct=False`), and neither is ever `cor
 from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
+from typing import overload
 
 __all__ = [
     "ID_MAX",
@@ -33,6 +34,8 @@ __all__ = [
     "INT64_MIN",
     "STOP_REASONS",
     "count_problem",
+    "exact_int",
+    "exact_text",
     "id_problem",
     "outcome_problem",
     "text_problem",
@@ -58,6 +61,29 @@ INT64_MAX = 2**63 - 1
 """The integers both backends hold (SQLite INTEGER, PostgreSQL BIGINT): wider ones are refused."""
 INT32_MAX = 2**31 - 1
 """The largest value of an `Integer` column on PostgreSQL (an event's schema version)."""
+
+
+@overload
+def exact_text(value: str) -> str: ...
+@overload
+def exact_text(value: object) -> object: ...
+def exact_text(value: object) -> object:
+    """A str subclass's text as a plain `str` (anything else as it is), taken before a value is
+    checked and kept: a subclass's own methods (`__eq__`, `isascii`, sqlite3's `__conform__`)
+    could pass one text through the checks and have the driver store another."""
+    return str.__str__(value) if isinstance(value, str) and type(value) is not str else value
+
+
+@overload
+def exact_int(value: int) -> int: ...
+@overload
+def exact_int(value: object) -> object: ...
+def exact_int(value: object) -> object:
+    """An int subclass's value as a plain `int` (a bool, refused as a count, as it is), as
+    `exact_text` does for text."""
+    if isinstance(value, int) and type(value) not in (int, bool):
+        return int.__int__(value)
+    return value
 
 
 def count_problem(value: object, minimum: int = 0, maximum: int = INT64_MAX) -> str | None:
