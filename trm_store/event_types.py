@@ -248,7 +248,7 @@ def register_event_type(
     upcast: Upcaster | None = None,
 ) -> EventType:
     """Register (or re-register, idempotently) the model for event type `name`."""
-    name = exact_text(name)
+    name, schema_version = exact_text(name), exact_int(schema_version)
     problem = type_name_problem(name)
     if problem is not None:
         raise EventValidationError(f"event type name {problem}")
@@ -264,7 +264,7 @@ def register_event_type(
         raise EventValidationError(
             f"event type {name!r}: schema_version {schema_version} needs an upcaster"
         )
-    registered = EventType(name, model, exact_int(schema_version), upcast)
+    registered = EventType(name, model, schema_version, upcast)
     _REGISTRY[name] = registered
     return registered
 
