@@ -20,7 +20,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from trm_store.errors import EventValidationError
 from trm_store.plain_models import SchemaCache, plain_model, refuse_non_finite_fields
-from trm_store.vocabulary import exact_int, exact_text, text_problem
+from trm_store.vocabulary import INT32_MAX, count_problem, exact_int, exact_text, text_problem
 
 __all__ = [
     "EventType",
@@ -100,6 +100,11 @@ class EventType:
             # ValueError: a non-finite float, bytes that are not UTF-8, nesting past pydantic's
             # serialisation depth.
             raise EventValidationError(f"event {self.name!r}: {e}") from e
+        if not isinstance(normal, dict):  # a RootModel of a list, or a serializer's own value
+            raise EventValidationError(
+                f"event {self.name!r}: data must serialise to a JSON object, got "
+                f"{type(normal).__name__}"
+            )
         return normal
 
     def validate_all(self, datas: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
@@ -139,6 +144,8 @@ class EventType:
                 fields = chain(fields, chain.from_iterable(map(dict.values, extras)))
             _refuse_non_finite_in(fields, 0)
             normals = adapter.serializer.to_python(instances, mode="json")
+            if not all(isinstance(normal, dict) for normal in normals):
+                return None  # `validate` refuses the first that is not, and says why
         except Exception:  # refused, or anything else: `validate` alone says what, as before
             return None
         return Together(normals, keys_sorted=False)
@@ -254,12 +261,8 @@ def register_event_type(
         raise EventValidationError(f"event type name {problem}")
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise EventValidationError(f"event type {name!r}: model must be a pydantic BaseModel")
-    if (
-        isinstance(schema_version, bool)
-        or not isinstance(schema_version, int)
-        or schema_version < 1
-    ):
-        raise EventValidationError(f"event type {name!r}: schema_version must be an int >= 1")
+    if (problem := count_problem(schema_version, 1, INT32_MAX)) is not None:  # as prepared
+        raise EventValidationError(f"event type {name!r}: schema_version {problem}")
     if schema_version > 1 and upcast is None:
         raise EventValidationError(
             f"event type {name!r}: schema_version {schema_version} needs an upcaster"

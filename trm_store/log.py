@@ -54,23 +54,26 @@ def _is_flat(value: Any) -> bool:
     return type(value) is dict and all(type(v) in _SCALARS for v in value.values())
 
 
-def _recorded(rows: Iterable[Sequence[Any]]) -> list[RecordedEvent]:
-    """Stored rows as RecordedEvents, their data upcast to the registered schema version.
+def _recorded(conn: Connection, rows: Iterable[Sequence[Any]]) -> list[RecordedEvent]:
+    """`conn`'s stored rows as RecordedEvents, their data upcast to the registered schema
+    version.
 
     The rows are what the driver returns: on SQLite, JSON as text and `recorded_at` as
     SQLAlchemy's naive UTC text; on PostgreSQL, decoded JSON and aware datetimes. Decoding here
     instead of in SQLAlchemy's result processors halves the cost of reading an event, the bulk
-    of a rebuild.
+    of a rebuild. Text is decoded on SQLite only: on PostgreSQL a `str` is a decoded JSON
+    string (data trm refuses now, but an older trm wrote), which decoded again would read back
+    as another value, or fail.
     """
+    text_json = conn.dialect.name == "sqlite"
     types = registered_event_types()
     recorded = []
     meta_text: str | None = None
     flat_meta: dict[str, Any] | None = None
     """The last meta decoded, when its values are all scalars: a copy of it is a decode."""
     for position, event_id, stream_id, version, type_, schema_version, data, meta, at in rows:
-        if type(data) is str:
+        if text_json:
             data = loads_json(data)
-        if type(meta) is str:
             # Consecutive events mostly share their meta (the writer's host and pid). Each
             # event gets its own copy: a caller may change its event's meta.
             if meta == meta_text and flat_meta is not None:
@@ -169,9 +172,9 @@ def events_after(
         last = until if until is not None else INT64_MAX
         return filtered_after(conn, LogFilter.of(types, None), after, last, limit)
     if until is None:
-        return _recorded(fetch_all(conn, _AFTER[False], {"after": after, "limit": limit}))
+        return _recorded(conn, fetch_all(conn, _AFTER[False], {"after": after, "limit": limit}))
     params = {"after": after, "until": until, "limit": limit}
-    return _recorded(fetch_all(conn, _AFTER[True], params))
+    return _recorded(conn, fetch_all(conn, _AFTER[True], params))
 
 
 def filtered_after(
@@ -181,7 +184,7 @@ def filtered_after(
     if log_filter is None:
         return events_after(conn, after, limit, until=until)
     statement = log_filter.statement(_SELECT)
-    return _recorded(fetch_all(conn, statement, log_filter.params(after, until, limit)))
+    return _recorded(conn, fetch_all(conn, statement, log_filter.params(after, until, limit)))
 
 
 class LogBatch(NamedTuple):
@@ -237,10 +240,10 @@ def stream_events(
     """Up to `limit` events of one stream from version `from_version` on, in version order
     (`backwards`: from `from_version` down, newest first)."""
     params = {"s": stream_id, "v": from_version, "limit": limit}
-    return _recorded(fetch_all(conn, _OF_STREAM[backwards], params))
+    return _recorded(conn, fetch_all(conn, _OF_STREAM[backwards], params))
 
 
 def events_by_id(conn: Connection, event_ids: Collection[str]) -> dict[str, RecordedEvent]:
     """Already recorded events among `event_ids`, by id."""
     rows = conn.execute(_BY_ID, {"ids": sorted(event_ids)})
-    return {e.event_id: e for e in _recorded(rows)}
+    return {e.event_id: e for e in _recorded(conn, rows)}

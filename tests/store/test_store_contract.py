@@ -258,6 +258,8 @@ class _Model(BaseModel):
         ("t", _Model, {"schema_version": 0}),
         ("t", _Model, {"schema_version": True}),
         ("t", _Model, {"schema_version": 2}),  # a new schema version needs an upcaster
+        # Past the column both backends store it in (PostgreSQL's integer, as prepared events):
+        ("t", _Model, {"schema_version": 2**31, "upcast": lambda _version, data: data}),
     ],
 )
 def test_bad_event_type_registrations_are_refused(
