@@ -7,6 +7,11 @@ timestamptz with DateStyle 'SQL, DMY'"). And a session time zone other than UTC 
 event's `recorded_at` in that zone (the same instant, another offset), where a SQLite store
 gives UTC. Both are set once per connection, when it is opened, as SQLAlchemy's documentation
 sets a session's `search_path`: outside any transaction, so no rollback undoes them.
+
+A caller's own SQL (in `Store.query()` or `write_transaction()`) may change them, and what it
+commits stays on the connection when it goes back to the pool. So each checkout looks at what
+the server last reported for both (psycopg keeps it: no round trip) and sends them again if
+either differs.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ _SESSION_SETTINGS = "SET DateStyle = 'ISO'; SET TimeZone = 'UTC'"
 
 def set_session_on_connect(engine: Engine) -> None:
     """Send `_SESSION_SETTINGS` on each new connection of `engine` (a psycopg one), before any
-    other listener of its `connect` event."""
+    other listener of its `connect` event, and again at a checkout that finds them changed."""
 
     @event.listens_for(engine, "connect", insert=True)
     def _set(dbapi_connection: psycopg.Connection[Any], _record: object) -> None:
@@ -35,3 +40,9 @@ def set_session_on_connect(engine: Engine) -> None:
             dbapi_connection.execute(_SESSION_SETTINGS, prepare=False)
         finally:
             dbapi_connection.autocommit = autocommit
+
+    @event.listens_for(engine, "checkout")
+    def _keep(dbapi_connection: psycopg.Connection[Any], record: object, _proxy: object) -> None:
+        status = dbapi_connection.info.parameter_status
+        if status("TimeZone") != "UTC" or not (status("DateStyle") or "").startswith("ISO,"):
+            _set(dbapi_connection, record)

@@ -45,3 +45,27 @@ def test_events_and_read_models_read_back_in_utc_whatever_the_session_defaults(
         assert info["status"] == "completed"
         assert info["started_at"].utcoffset() == timedelta(0)
         assert store.verify_projections() == []
+
+
+@pytest.mark.parametrize(
+    "setting", ["SET TimeZone = 'Asia/Tokyo'", "SET DateStyle = 'SQL, DMY'", "SET TIME ZONE 9"]
+)
+@pytest.mark.parametrize("where", ["query", "write_transaction"])
+def test_a_setting_a_caller_sends_does_not_reach_the_stores_next_reads(
+    pg_url: str, setting: str, where: str
+) -> None:
+    """A caller's SQL in `query()` or `write_transaction()` may change its session; what it
+    commits stays on the pooled connection. The next use of that connection gets the store's
+    settings back: every read still parses its dates, in UTC."""
+    with open_store(pg_url, projections=None) as store:
+        store.append("s", [added(1), added(2)])
+        name = store.projection_names[0]
+        for _ in range(3):  # the pool's connections, each set in turn
+            if where == "query":
+                with store.query(name) as (conn, _tables):
+                    conn.exec_driver_sql(setting)
+            else:
+                with store.write_transaction() as conn:
+                    conn.exec_driver_sql(setting)
+            read = list(store.read_all()) + store.read_stream("s")
+            assert {e.recorded_at.utcoffset() for e in read} == {timedelta(0)}
