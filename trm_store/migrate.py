@@ -56,6 +56,20 @@ def _foreign_tables(connection: Connection) -> list[str]:
     return sorted([*inspector.get_table_names(), *inspector.get_view_names()])
 
 
+def _refuse_other_encodings(connection: Connection) -> None:
+    """A store is made only in a SQLite file whose text is UTF-8: SQLite compares text as its
+    bytes in the file's encoding, and only UTF-8's order is code-point order, which a
+    stream-prefix read's index range relies on (UTF-16 put "\u0161x" among the streams of "a")."""
+    if connection.dialect.name != "sqlite":
+        return
+    encoding = connection.exec_driver_sql("PRAGMA encoding").scalar_one()
+    if encoding != "UTF-8":
+        raise ForeignDatabaseError(
+            f"the database's text encoding is {encoding}; a trm store needs UTF-8 (SQLite "
+            "cannot change it once set): nothing was added. Give a new file"
+        )
+
+
 def ensure_schema(
     connection: Connection, *, auto_upgrade: bool, writable: bool, adopt: bool
 ) -> None:
@@ -85,6 +99,8 @@ def ensure_schema(
             "was added. Open it writable with open_store(..., adopt_database=True) to add "
             "trm's tables beside them, or give another database"
         )
+    if is_new and writable:
+        _refuse_other_encodings(connection)
     if not writable:
         state = "is empty" if is_new else f"is at revision {current}, this trm expects {head}"
         raise SchemaVersionError(f"read-only store {state}; {UPGRADE_HINT}")
