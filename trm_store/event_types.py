@@ -289,6 +289,11 @@ def event_type(name: str) -> EventType:
         raise EventValidationError(f"unknown event type {name!r}: register it first") from None
 
 
+def registered_event_type(name: str) -> EventType | None:
+    """The registered type `name` (exact text), or None."""
+    return _REGISTRY.get(name)
+
+
 def registered_event_types() -> dict[str, EventType]:
     """A copy of the registry, for introspection."""
     return dict(_REGISTRY)

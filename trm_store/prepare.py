@@ -11,11 +11,11 @@ from typing import Any
 from trm_store.append_args import AppendItem, check_target, non_empty_list
 from trm_store.errors import EventValidationError
 from trm_store.event_ids import check_event_id, new_event_id, new_event_ids
-from trm_store.event_types import Together, event_type, refuse_non_finite, type_name_problem
+from trm_store.event_types import Together, event_type, refuse_non_finite
 from trm_store.events import NewEvent
 from trm_store.json_codec import dumps_json, dumps_json_all, loads_json
-from trm_store.prepared import PreparedAppend, PreparedEvent, copied
-from trm_store.vocabulary import INT32_MAX, count_problem, exact_int, exact_text
+from trm_store.prepared import PreparedAppend, PreparedEvent
+from trm_store.prepared_check import as_prepared
 
 __all__ = [
     "ORIGIN_KEYS",
@@ -232,7 +232,7 @@ def prepared_append(
     """An append of events validated earlier (`AppendPreparer.event`). Their ids were fixed
     then, so it is treated as a possible retry, as an append with caller-given ids.
 
-    Not validated again, but each is checked to be as `prepare` left it (`_as_prepared`): a
+    Not validated again, but each is checked to be as `prepare` left it (`as_prepared`): a
     `PreparedEvent` is a plain mutable object, and the log keeps forever what is written. Not
     when not `exposed`: events no code but the writer that prepared them has held (`RunLog`'s;
     `prepare` keeps none of its caller's objects), where it cost ~4.5 us a prediction."""
@@ -249,37 +249,5 @@ def prepared_append(
                 f"stream {stream_id!r}: expected a PreparedEvent (from Store.prepare), got "
                 f"{type(given).__name__}"
             )
-        checked.append(_as_prepared(given) if exposed else given)
+        checked.append(as_prepared(given) if exposed else given)
     return PreparedAppend.of(stream_id, expected_version, checked, ids_given=True)
-
-
-def _as_prepared(given: PreparedEvent) -> PreparedEvent:
-    """A copy of `given` (each field read once), checked: EventValidationError unless it is one
-    `prepare` could have made: a type name, a schema version, an event id as `prepare` writes
-    it, data and meta dicts whose canonical JSON is the text to be written (a changed field, or
-    text that is no JSON, would be kept in the log, and read back, or fail to be read, ever
-    after). The copy is what is written: code that runs while the check encodes (a `dict`
-    subclass nested in the meta) cannot change a field of it after its check. Its type need not
-    be registered in this process, nor at that schema version still (a writer that buffered
-    events across an upgrade: the log upcasts them when read). Costs an encode of its data and
-    meta."""
-    event = copied(given)
-    event.type, event.event_id = exact_text(event.type), exact_text(event.event_id)
-    event.schema_version = exact_int(event.schema_version)
-    what = f"prepared event {event.event_id!r}"
-    problem = type_name_problem(event.type) or count_problem(event.schema_version, 1, INT32_MAX)
-    if problem is not None:
-        raise EventValidationError(f"{what}: its type or schema version {problem}")
-    if check_event_id(event.event_id) != event.event_id:
-        raise EventValidationError(f"{what}: its id is not as Store.prepare wrote it")
-    texts = []
-    for name, value, text in (
-        ("data", event.data, event.data_json),
-        ("meta", event.meta, event.meta_json),
-    ):
-        written = dumps_json(value, what=f"{what} {name}") if type(value) is dict else None
-        if written is None or written != exact_text(text):
-            raise EventValidationError(f"{what}: its {name} changed since Store.prepare made it")
-        texts.append(written)  # the encoder's own text: what was checked
-    event.data_json, event.meta_json = texts
-    return event

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from typing import Any
 
-__all__ = ["PreparedAppend", "PreparedEvent", "copied"]
+__all__ = ["PreparedAppend", "PreparedEvent", "copied", "seal", "sealed_as"]
 
 
 @dataclass(slots=True)
@@ -18,6 +18,8 @@ class PreparedEvent:
     Made by `Store.prepare`, written by `Store.append_prepared`; treat it as opaque.
 
     Not frozen: a frozen dataclass costs ~1 us more to build, on every event of every append.
+    `seal` is what `Store.prepare` left (`seal`), not a field of the event: left out of its
+    equality and of `PreparedAppend`'s columns.
     """
 
     event_id: str
@@ -27,6 +29,7 @@ class PreparedEvent:
     data_json: str
     meta: dict[str, Any]
     meta_json: str
+    seal: tuple[object, ...] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(slots=True)
@@ -111,12 +114,36 @@ class PreparedAppend:
         return [PreparedEvent(*event) for event in self.columns()]
 
 
-_EVENT_FIELDS = attrgetter(*(field.name for field in fields(PreparedEvent)))
+_EVENT_FIELDS = attrgetter(*(f.name for f in fields(PreparedEvent) if f.name != "seal"))
 """A `PreparedEvent`'s fields, in its order: `PreparedAppend`'s columns, as `columns` gives them
 back (tests/store/test_prepared_append.py checks each column against its field by name)."""
+
+_PREPARED_HERE = object()
+"""Opens every seal this process's `Store.prepare` makes: an event built by hand, or unpickled
+in another process, carries none (another object, or no seal)."""
 
 
 def copied(event: PreparedEvent) -> PreparedEvent:
     """A plain `PreparedEvent` holding `event`'s fields, each read once (`event` may be a
-    subclass whose fields are properties, or be changed while it is checked)."""
+    subclass whose fields are properties, or be changed while it is checked); no seal."""
     return PreparedEvent(*_EVENT_FIELDS(event))
+
+
+def sealed_as(event: PreparedEvent) -> tuple[object, ...]:
+    """The seal `Store.prepare` leaves on `event` as it is now: its fields as written (the data
+    and meta as their JSON)."""
+    return (
+        _PREPARED_HERE,
+        event.event_id,
+        event.type,
+        event.schema_version,
+        event.data_json,
+        event.meta_json,
+    )
+
+
+def seal(event: PreparedEvent) -> PreparedEvent:
+    """`event`, sealed: `append_prepared` takes it as `prepare` left it while its fields still
+    match its seal, and validates it again otherwise (`trm_store.prepared_check`)."""
+    event.seal = sealed_as(event)
+    return event

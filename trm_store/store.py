@@ -23,7 +23,7 @@ from trm_store.errors import StaleProjectionError
 from trm_store.events import NewEvent, RecordedEvent
 from trm_store.log import head, read_batches, stream_events, stream_head
 from trm_store.prepare import AppendPreparer, origin, prepared_append
-from trm_store.prepared import PreparedEvent
+from trm_store.prepared import PreparedEvent, seal
 from trm_store.projection_rebuild import rebuild, verify
 from trm_store.projection_runner import Progress, ProjectionSet, requested, require_known
 from trm_store.projection_state import ProjectionStatus, statuses
@@ -98,8 +98,8 @@ class Store:
     def prepare(self, event: NewEvent) -> PreparedEvent:
         """Validate one event now, exactly as `append` would, and fix its id: for writers that
         buffer events (`RunLog`), bad input is refused when it is recorded, not when a batch is
-        written, and `append_prepared` does not validate it again."""
-        return self._prepare.event(event)
+        written, and `append_prepared` does not validate it again (unless it changed)."""
+        return seal(self._prepare.event(event))
 
     def append_prepared(
         self,
