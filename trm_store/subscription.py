@@ -7,8 +7,15 @@ wake-ups (`trm_store.wakeups`) when caught up. Closing it (or leaving its `with`
 out of its loop, cancelling the task iterating it) closes that connection.
 
 Every database call runs in `_step`, which waits at most `STEP_S`, under a lock: the async
-iterator runs each step in a thread (`asyncio.to_thread`), so the event loop never blocks, and
-`close` from any thread waits for the step in flight instead of closing a connection in use.
+iterator runs each step on a thread of the subscription's own (a step waits there for commits:
+on asyncio's default executor a few dozen idle subscriptions starved every `to_thread` of the
+process), so the event loop never blocks. `close` from another thread waits for the step in
+flight (at most `CLOSE_WAIT_S`) instead of closing a connection in use; from a signal handler
+of the stepping thread it cannot wait for itself: the step closes it as it ends.
+
+`position` follows what is handed out, event by event, not what was read: a loop that stops
+mid-batch resumes from it without a gap. A closed subscription hands out nothing more, not even
+the rest of a batch read before.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import os
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Self
 
 from sqlalchemy import Connection, Engine
@@ -25,7 +33,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from trm_store.errors import StoreError
 from trm_store.events import RecordedEvent
-from trm_store.log import log_batch
+from trm_store.log import LogBatch, log_batch
 from trm_store.log_filter import LogFilter
 from trm_store.wakeups import Wakeups, wakeups
 
@@ -33,6 +41,9 @@ __all__ = ["Subscription"]
 
 STEP_S = 0.1
 """The longest one step waits for a wake-up: how soon a close or cancel takes effect."""
+CLOSE_WAIT_S = 2 * STEP_S
+"""How long `close` waits for a step in flight to let the connection go (a read of a long batch
+may take longer: that step then closes it)."""
 
 
 class Subscription:
@@ -52,6 +63,12 @@ class Subscription:
     ) -> None:
         self._engine = engine
         self._cursor = after
+        """Where the next read starts."""
+        self._position = after
+        self._stepping: int | None = None
+        """The thread whose step holds the lock (a signal handler there must not wait for it)."""
+        self._thread: ThreadPoolExecutor | None = None
+        """The async iterator's own thread, made at its first step."""
         self._filter = log_filter
         self._batch_size = batch_size
         self._store_error = store_error
@@ -64,8 +81,8 @@ class Subscription:
 
     @property
     def position(self) -> int:
-        """Every matching event up to this position has been handed out."""
-        return self._cursor
+        """Every matching event up to this position has been handed out: resume from it."""
+        return self._position
 
     @property
     def closed(self) -> bool:
@@ -85,59 +102,98 @@ class Subscription:
             self._conn = conn
         return self._conn, self._wakeups
 
-    def _step(self) -> list[RecordedEvent] | None:
+    def _step(self) -> LogBatch | None:
         """The next batch (possibly empty after a wait of at most STEP_S); None once closed."""
         with self._lock:
-            if self._closed:
-                return None
+            self._stepping = threading.get_ident()
             try:
-                conn, wake = self._open()
-                if self._caught_up and not wake.wait(STEP_S):
-                    return []
-                with conn.begin():
-                    batch = log_batch(conn, self._filter, self._cursor, self._batch_size)
-            except SQLAlchemyError as e:
-                raise self._store_error(e) from e
-            except self._engine.dialect.loaded_dbapi.Error as e:
-                # The wake-ups' own calls to the driver (psycopg's `notifies`): a connection
-                # lost while waiting. Closed at once, with no reset sent on a dead socket.
-                if self._conn is not None:
-                    self._conn.invalidate()
-                raise self._store_error(
-                    DBAPIError.instance(None, None, e, type(e), dialect=self._engine.dialect)
-                ) from e
-            self._cursor = batch.cursor
-            self._caught_up = batch.complete
-            return batch.events
+                if self._closed:
+                    return None
+                batch = self._read()
+                self._cursor = batch.cursor
+                self._caught_up = batch.complete
+                return batch
+            finally:
+                self._stepping = None
+                if self._closed:  # meanwhile, by a signal handler or another thread
+                    self._let_go()
+
+    def _read(self) -> LogBatch:
+        try:
+            conn, wake = self._open()
+            if self._caught_up and not wake.wait(STEP_S):
+                return LogBatch([], self._cursor, True)
+            with conn.begin():
+                return log_batch(conn, self._filter, self._cursor, self._batch_size)
+        except SQLAlchemyError as e:
+            raise self._store_error(e) from e
+        except self._engine.dialect.loaded_dbapi.Error as e:
+            # The wake-ups' own calls to the driver (psycopg's `notifies`): a connection
+            # lost while waiting. Closed at once, with no reset sent on a dead socket.
+            if self._conn is not None:
+                self._conn.invalidate()
+            raise self._store_error(
+                DBAPIError.instance(None, None, e, type(e), dialect=self._engine.dialect)
+            ) from e
+
+    def _handed(self, batch: LogBatch) -> Iterator[RecordedEvent]:
+        """`batch`'s events one by one, `position` moving with each, until closed."""
+        for event in batch.events:
+            if self._closed:
+                return
+            self._position = event.position
+            yield event
+        if not self._closed:
+            self._position = max(self._position, batch.cursor)
 
     def __iter__(self) -> Iterator[RecordedEvent]:
         """The events, as they are committed; breaking out of the loop closes the subscription."""
         try:
             while (batch := self._step()) is not None:
-                yield from batch
+                yield from self._handed(batch)
         finally:
             self.close()
 
     async def __aiter__(self) -> AsyncIterator[RecordedEvent]:
-        """`__iter__` for `async for`: each database call runs in a thread, never on the loop."""
+        """`__iter__` for `async for`: each database call runs on the subscription's own
+        thread, never on the loop nor on its default executor."""
+        loop = asyncio.get_running_loop()
         try:
-            while (batch := await asyncio.to_thread(self._step)) is not None:
-                for event in batch:
+            while (batch := await loop.run_in_executor(self._own_thread(), self._step)) is not None:
+                for event in self._handed(batch):
                     yield event
         finally:
             await self.aclose()
 
+    def _own_thread(self) -> ThreadPoolExecutor:
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="trm-subscription")
+        return self._thread
+
     def close(self) -> None:
-        """Stop: release the connection (waits for a step in flight, at most STEP_S)."""
+        """Stop: nothing more is handed out, and the connection is let go, now or (a step still
+        reading past `CLOSE_WAIT_S`, or this a signal handler interrupting the step) by the step
+        as it ends."""
         self._closed = True
-        with self._lock:
-            conn, self._conn, self._wakeups = self._conn, None, None
-            if conn is not None:
-                conn.close()
+        if self._stepping == threading.get_ident():
+            return
+        if self._lock.acquire(timeout=CLOSE_WAIT_S):
+            try:
+                self._let_go()
+            finally:
+                self._lock.release()
+
+    def _let_go(self) -> None:
+        conn, self._conn, self._wakeups = self._conn, None, None
+        if conn is not None:
+            conn.close()
 
     async def aclose(self) -> None:
-        """`close`, off the event loop."""
+        """`close`, off the event loop; the async iterator's thread ends with it."""
         await asyncio.to_thread(self.close)
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.shutdown(wait=False)
 
     def __enter__(self) -> Self:
         return self
@@ -158,7 +214,7 @@ class Subscription:
         if self._conn is not None:
             _inherited.append(self._conn)
         self._conn, self._wakeups, self._caught_up = None, None, False
-        self._lock = threading.Lock()
+        self._lock, self._stepping, self._thread = threading.Lock(), None, None
 
 
 _OPEN: weakref.WeakSet[Subscription] = weakref.WeakSet()

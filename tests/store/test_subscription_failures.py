@@ -26,7 +26,8 @@ def test_a_connection_lost_while_waiting_ends_the_iteration_with_a_store_error(
 
 def _lost_while_waiting(store: Store) -> None:
     subscription = store.subscribe()
-    assert subscription._step() == []  # caught up: from now on it waits for wake-ups
+    first = subscription._step()
+    assert first is not None and first.events == []  # caught up: it waits for wake-ups now
     conn = subscription._conn
     assert conn is not None
     pid = conn.connection.dbapi_connection.info.backend_pid  # type: ignore[union-attr]
