@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import os
 
-from sqlalchemy import make_url
-from sqlalchemy.exc import ArgumentError
-
 from trm_store.backend import Backend, Durability
 from trm_store.errors import StoreError, StoreURLError
 from trm_store.postgres import PostgresBackend
 from trm_store.sqlite import SqliteBackend
-from trm_store.store_url import check_postgres_query, check_query_text
+from trm_store.store_url import check_postgres_query, parse_store_url
 
 __all__ = ["DEFAULT_URL", "create_backend", "default_url", "normalise_url"]
 
@@ -36,11 +33,7 @@ def create_backend(url: str, *, read_only: bool, durability: Durability) -> Back
     StoreURLError (`trm_store.store_url`)."""
     if durability not in ("normal", "full"):
         raise StoreError(f"durability must be 'normal' or 'full', got {durability!r}")
-    try:
-        parsed = make_url(normalise_url(url))
-    except ArgumentError as e:
-        raise StoreURLError(f"not a database URL: {e}") from e
-    check_query_text(url, parsed)
+    parsed = parse_store_url(normalise_url(url))
     if parsed.get_backend_name() == "sqlite":
         return SqliteBackend(parsed, read_only=read_only, durability=durability)
     if parsed.get_backend_name() == "postgresql":

@@ -33,6 +33,7 @@ from trm_store.postgres_writers import PostgresWriters
 from trm_store.prepared import PreparedAppend
 from trm_store.rebuild_lock import RebuildLock, advisory_rebuild_lock
 from trm_store.rows_insert import copy_rows
+from trm_store.store_url import shown_url
 from trm_store.wakeups import NOTIFY_APPENDED
 
 __all__ = ["PostgresBackend"]
@@ -211,4 +212,4 @@ class PostgresBackend:
         return None
 
     def describe(self) -> str:
-        return self.url.render_as_string(hide_password=True)
+        return shown_url(self.url)

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import make_url
 
 from trm_gate import INFRA_STOP_REASONS, Arm, Gate, GateProgress, GateResult, GateSettings
 from trm_llm import (
@@ -36,6 +35,7 @@ from trm_store.domain.run_log import RunLog
 from trm_store.domain.runs import read_predictions
 from trm_store.domain.workspace import record_run, update_best, update_manifest
 from trm_store.store import Store
+from trm_store.store_url import parse_store_url
 
 __all__ = [
     "DEMO_RETRY",
@@ -78,7 +78,7 @@ def gate_settings() -> GateSettings:
 
 def cache_path_for(store_url: str) -> Path:
     """The response cache file: next to a SQLite store (`trm.db` -> `trm-cache.db`), else ./"""
-    url = make_url(store_url)
+    url = parse_store_url(store_url)
     if url.get_backend_name() == "sqlite" and url.database:
         path = Path(url.database).expanduser().resolve()
         return path.with_name(f"{path.stem}-cache.db")
