@@ -183,7 +183,7 @@ def filtered_after(
     """Up to `limit` events matching `log_filter` with position in (after, until]."""
     if log_filter is None:
         return events_after(conn, after, limit, until=until)
-    statement = log_filter.statement(_SELECT)
+    statement = log_filter.statement(_SELECT, until - after, limit)
     return _recorded(conn, fetch_all(conn, statement, log_filter.params(after, until, limit)))
 
 

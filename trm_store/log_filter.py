@@ -6,9 +6,14 @@ batch's LIMIT, so a batch reads at most `len(types) * limit` index entries). Pas
 types that statement costs more to plan than to run (1,000 types: 1.2 s a read on PostgreSQL,
 10,000: its stack depth exceeded), so the types go as one `IN` list, padded to a power of two
 (`padded_in`: a few statements serve every count), which the database serves as it chooses;
-past `MAX_TYPES` a filter is refused (`read_args`). A stream prefix is a
-range of the `(stream_id, stream_version)` index, sorted by position (so a batch costs the
-prefix's events after the cursor: a prefix that is most of the log reads faster unfiltered).
+past `MAX_TYPES` a filter is refused (`read_args`). With types, the position range bounds each
+type's index range (a stream prefix is then a filter on what that range gives).
+
+A stream prefix alone is a range of the `(stream_id, stream_version)` index, sorted by position:
+a batch costs the prefix's index entries, all of them, wherever the cursor is. Unless the log
+after the cursor is no longer than a batch (positions are dense, so that is `until - after`):
+the log is then read in position order from the cursor, the prefix a filter, so a follower at
+the head (a subscription's wake-up) reads what was appended since, not the prefix's history.
 Prefixes are ranges, not `LIKE`: `%`, `_` and
 `\\` are ordinary characters of a stream id, and a range is served by a plain index on both
 backends (stream ids compare by code point: SQLite's BINARY collation, PostgreSQL's "C").
@@ -69,11 +74,13 @@ class LogFilter:
             return None
         return cls(None if types is None else tuple(sorted(set(types))), prefix or None)
 
-    def statement(self, select: str) -> DriverSql:
+    def statement(self, select: str, span: int, limit: int) -> DriverSql:
         """`select` (every column of the events table) restricted to this filter, in position
-        order, with parameters :after, :until, :limit (and :t0.., :low, :high)."""
+        order, with parameters :after, :until, :limit (and :t0.., :low, :high); `span`: how
+        many events of the log lie in (after, until]."""
         low_high = None if self.prefix is None else prefix_bounds(self.prefix)[1] is not None
-        return _statement(select, None if self.types is None else self._type_params()[0], low_high)
+        types = None if self.types is None else self._type_params()[0]
+        return _statement(select, types, low_high, types is None and span <= limit)
 
     def _type_params(self) -> tuple[int, dict[str, Any]]:
         """How many type parameters the statement has (past `MERGED_TYPES`, a power of two: the
@@ -95,14 +102,22 @@ class LogFilter:
 
 
 @cache
-def _statement(select: str, type_count: int | None, bounded_prefix: bool | None) -> DriverSql:
-    """Built once per shape (how many types, which prefix bounds)."""
+def _statement(
+    select: str, type_count: int | None, bounded_prefix: bool | None, by_position: bool
+) -> DriverSql:
+    """Built once per shape (how many types, which prefix bounds, a prefix read in position
+    order or by its index)."""
     where = "position > :after AND position <= :until"
     if bounded_prefix is not None:
-        # `+position`: not a term for the primary key, or SQLite's planner scans the whole log
-        # in position order (to skip the sort) instead of the prefix's range of stream ids.
-        where = "stream_id >= :low" + (" AND stream_id < :high" if bounded_prefix else "")
-        where += " AND +position > :after AND +position <= :until"
+        # `|| ''`: no term for the stream index, so the log is read from the cursor; `+position`:
+        # none for the primary key, or SQLite's planner scans the whole log in position order
+        # (to skip the sort) instead of the prefix's range of stream ids. With types, the
+        # position bounds each type's range of its index.
+        stream = "stream_id || ''" if by_position else "stream_id"
+        prefix = f"{stream} >= :low" + (f" AND {stream} < :high" if bounded_prefix else "")
+        if not (by_position or type_count is not None):
+            where = "+position > :after AND +position <= :until"
+        where = f"{prefix} AND {where}"
     order = "ORDER BY position LIMIT :limit"
     if type_count is None:
         return DriverSql(f"{select} WHERE {where} {order}")
