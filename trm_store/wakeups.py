@@ -4,19 +4,34 @@ after its commit, or never), SQLite's `PRAGMA data_version` (it changes when ano
 in any process, commits to the file), polled at a short interval.
 
 A wake-up is only a hint to read again: what a subscriber gets is decided by positions, so a
-spurious wake-up (another store's append on the same PostgreSQL database) costs one read, and a
-lost one at most a wait of `timeout`.
+spurious wake-up (another store's append on the same PostgreSQL database) costs one read.
+
+A PostgreSQL connection can die without a word: a NAT, firewall or load balancer that drops an
+idle connection's state sends no reset, and TCP's keepalive takes hours to notice. So a
+subscriber that has heard nothing for `HEARTBEAT_S` asks the server (`SELECT 1`), and shuts its
+socket down if no answer comes within `HEARTBEAT_TIMEOUT_S`: the blocked read then fails as a
+lost connection's does, and the subscription raises StoreError.
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
 import time
 from contextlib import closing
 from typing import Any, Protocol
 
 from sqlalchemy import Connection
 
-__all__ = ["NOTIFY_APPENDED", "SQLITE_POLL_S", "Wakeups", "wakeups"]
+__all__ = [
+    "HEARTBEAT_S",
+    "HEARTBEAT_TIMEOUT_S",
+    "NOTIFY_APPENDED",
+    "SQLITE_POLL_S",
+    "Wakeups",
+    "wakeups",
+]
 
 CHANNEL = "trm_events"
 NOTIFY_APPENDED = f"pg_notify('{CHANNEL}', '')"
@@ -25,6 +40,10 @@ that takes the writer lock."""
 
 SQLITE_POLL_S = 0.02
 """How often a SQLite subscriber checks `data_version`: one cheap pragma, no read of the log."""
+HEARTBEAT_S = 10.0
+"""How long a PostgreSQL subscriber hears nothing before it asks the server whether it is there."""
+HEARTBEAT_TIMEOUT_S = 10.0
+"""How long it waits for the answer before taking the connection for lost."""
 
 
 class Wakeups(Protocol):
@@ -73,18 +92,52 @@ class _Notifications:
         dbapi_connection = conn.connection.dbapi_connection
         assert dbapi_connection is not None, "the connection was invalidated"
         self._dbapi_connection: Any = dbapi_connection
+        self._heard = time.monotonic()
 
     def wait(self, timeout: float) -> bool:
         if not self._received(timeout):
+            if time.monotonic() - self._heard >= HEARTBEAT_S:
+                self._ping()
             return False
         while self._received(0):  # the rest too: one read answers them all
             pass
+        self._heard = time.monotonic()
         return True
+
+    def _ping(self) -> None:
+        """`SELECT 1` (its transaction rolled back: the next read takes a fresh snapshot), the
+        socket shut down if no answer comes in time, which fails the read that waits for it."""
+        connection = self._dbapi_connection
+        answered = threading.Event()
+        fd = connection.fileno()
+
+        def shut_down() -> None:
+            with _shutting:
+                if not answered.is_set():
+                    with socket.socket(fileno=os.dup(fd)) as sock:
+                        sock.shutdown(socket.SHUT_RDWR)
+
+        timer = threading.Timer(HEARTBEAT_TIMEOUT_S, shut_down)
+        timer.daemon = True
+        timer.start()
+        try:
+            connection.execute("SELECT 1").fetchone()
+            connection.rollback()
+        finally:
+            with _shutting:
+                answered.set()
+            timer.cancel()
+        self._heard = time.monotonic()
 
     def _received(self, timeout: float) -> bool:
         # Closed at once: the generator holds the connection's lock until it ends.
         with closing(self._dbapi_connection.notifies(timeout=timeout, stop_after=1)) as notes:
             return next(notes, None) is not None
+
+
+_shutting = threading.Lock()
+"""A heartbeat's answer and its timer's shutdown, one at a time: a socket answered in time is
+never shut down."""
 
 
 def wakeups(conn: Connection) -> Wakeups:
