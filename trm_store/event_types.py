@@ -6,12 +6,8 @@ schema version is upcast when read (`EventType.read`).
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 from itertools import chain
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -20,6 +16,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from trm_store.errors import EventValidationError
 from trm_store.plain_models import SchemaCache, plain_model, refuse_non_finite_fields
+from trm_store.value_walk import refuse_non_finite, refuse_non_finite_in
 from trm_store.vocabulary import INT32_MAX, count_problem, exact_int, exact_text, text_problem
 
 __all__ = [
@@ -27,7 +24,6 @@ __all__ = [
     "Together",
     "Upcaster",
     "event_type",
-    "refuse_non_finite",
     "register_event_type",
     "registered_event_types",
     "type_name_problem",
@@ -38,7 +34,6 @@ Upcaster = Callable[[int, dict[str, Any]], dict[str, Any]]
 """Turns the data of an older schema version (given) into the data of the current one."""
 
 _TYPE_NAME_MAX = 128
-_MAX_DEPTH = 200
 
 
 class Together(NamedTuple):
@@ -142,7 +137,7 @@ class EventType:
             if self.model.model_config.get("extra") == "allow":
                 extras = (instance.__pydantic_extra__ or {} for instance in instances)
                 fields = chain(fields, chain.from_iterable(map(dict.values, extras)))
-            _refuse_non_finite_in(fields, 0)
+            refuse_non_finite_in(fields, 0)
             normals = adapter.serializer.to_python(instances, mode="json")
             if not all(isinstance(normal, dict) for normal in normals):
                 return None  # `validate` refuses the first that is not, and says why
@@ -165,69 +160,6 @@ def validation_problem(error: ValidationError) -> str:
     )
 
 
-def refuse_non_finite(value: Any, depth: int = 0) -> None:
-    """Raise ValueError for a NaN or infinite float anywhere in `value`, or for nesting deeper
-    than `_MAX_DEPTH` levels (a cyclic value too: checked before the C encoder, which would
-    recurse until the interpreter's limit, and past the C stack when that limit is raised).
-
-    On every append's path: plain scalars are skipped without a call, and the usual containers
-    are recognised by their exact type before the slower isinstance checks.
-    """
-    kind = type(value)
-    if kind is dict:
-        items: Iterable[Any] = value.values()
-    elif kind is list:
-        items = value
-    elif kind is float or isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"{value} is not a finite number")
-        return
-    elif isinstance(value, BaseModel):
-        items = chain(value.__dict__.values(), (value.__pydantic_extra__ or {}).values())
-    elif isinstance(value, Mapping):
-        items = value.values()
-    elif isinstance(value, list | tuple | set | frozenset):
-        items = value
-    else:
-        items = _inferred_items(value)
-        if not items:  # a datetime, a UUID, a decimal (most of what reaches here): no walk
-            return
-    _refuse_non_finite_in(items, depth)
-
-
-def _inferred_items(value: Any) -> Iterable[Any]:
-    """What pydantic writes of `value` where it infers the type (an `Any` field) and the checks
-    above do not reach: a dataclass's fields, an enum member's value, a deque's items. Nothing
-    for anything else: a value pydantic cannot write it refuses itself, unwalked (a `range` of
-    10**18, a collection whose iteration fails). Cheap tests first: most values that reach this
-    are datetimes, UUIDs, decimals."""
-    if isinstance(value, deque):
-        return value
-    if isinstance(value, Enum):
-        return (value.value,)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return [getattr(value, field.name) for field in dataclasses.fields(value)]
-    return ()
-
-
-def _refuse_non_finite_in(items: Iterable[Any], depth: int) -> None:
-    """`refuse_non_finite` of each of `items`, the items of containers `depth` levels deep."""
-    if depth > _MAX_DEPTH:
-        raise ValueError(f"nested deeper than {_MAX_DEPTH} levels")
-    for item in items:
-        kind = type(item)
-        if item is None or kind in _PLAIN:
-            continue
-        if kind is float:  # checked here: a call per float would double the walk's cost
-            if not math.isfinite(item):
-                raise ValueError(f"{item} is not a finite number")
-        elif kind is dict:  # the usual nested container: one call, as for a float
-            _refuse_non_finite_in(item.values(), depth + 1)
-        else:
-            refuse_non_finite(item, depth + 1)
-
-
-_PLAIN = frozenset({str, int, bool})
 _FIELD_VALUES = attrgetter("__dict__")
 """A model instance's fields (its extras are apart, in `__pydantic_extra__`)."""
 

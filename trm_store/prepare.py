@@ -11,11 +11,12 @@ from typing import Any
 from trm_store.append_args import AppendItem, check_target, non_empty_list
 from trm_store.errors import EventValidationError
 from trm_store.event_ids import check_event_id, new_event_id, new_event_ids
-from trm_store.event_types import Together, event_type, refuse_non_finite
+from trm_store.event_types import Together, event_type
 from trm_store.events import NewEvent
 from trm_store.json_codec import dumps_json, dumps_json_all, loads_json
 from trm_store.prepared import PreparedAppend, PreparedEvent
 from trm_store.prepared_check import as_prepared
+from trm_store.value_walk import refuse_non_finite
 
 __all__ = [
     "ORIGIN_KEYS",

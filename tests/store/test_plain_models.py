@@ -28,9 +28,10 @@ from pydantic import (
 )
 
 from trm_store import EventValidationError, NewEvent, Store, register_event_type
-from trm_store.event_types import EventType, refuse_non_finite
+from trm_store.event_types import EventType
 from trm_store.json_codec import dumps_json_all, same_json
 from trm_store.plain_models import plain_model
+from trm_store.value_walk import refuse_non_finite
 
 
 def _serialised(model: type[BaseModel], data: Any) -> dict[str, Any]:

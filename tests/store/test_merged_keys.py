@@ -1,0 +1,57 @@
+"""Keys that become the same JSON key are refused, not merged (`trm_store.value_walk`): in an
+`Any` field `{1: "a", "1": "b"}` was written as `{"1": "b"}`, a value silently lost, while the
+same dict in meta was refused (a hostile review)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
+from trm_store import EventValidationError, NewEvent, Store, register_event_type
+
+
+class _Free(BaseModel):
+    x: Any = None
+
+
+register_event_type("test.free", _Free)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {1: "from int", "1": "from str"},
+        {"deeper": [{True: 1, "true": 2}]},
+        {None: 1, "None": 2},
+    ],
+    ids=["int-and-str", "bool-nested", "none"],
+)
+def test_keys_that_merge_in_json_are_refused_and_write_nothing(store: Store, value: Any) -> None:
+    with pytest.raises(EventValidationError, match="same JSON key"):
+        store.append("s", [NewEvent("test.free", {"x": value})])
+    with pytest.raises(EventValidationError, match="same JSON key"):
+        store.append("s", [NewEvent("test.free", {"x": value}), NewEvent("test.free", {})])
+    assert store.head_position() == 0
+
+
+_KEYS = st.one_of(st.integers(-3, 3), st.integers(-3, 3).map(str), st.booleans(), st.none())
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.dictionaries(_KEYS, st.integers(), max_size=5))
+def test_what_is_written_has_every_value_given_or_is_refused(
+    store: Store, value: dict[Any, int]
+) -> None:
+    merged = len(to_jsonable_python(dict.fromkeys(value))) != len(value)
+    try:
+        (recorded,) = store.append("s", [NewEvent("test.free", {"x": value})])
+    except EventValidationError:
+        assert merged
+        return
+    assert not merged
+    assert len(store.read_stream("s", recorded.version)[0].data["x"]) == len(value)

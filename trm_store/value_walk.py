@@ -1,0 +1,98 @@
+"""The walk over a value before it is written as JSON: what pydantic's JSON mode or the encoder
+would write wrongly, or not at all, refused first (ValueError, which the callers turn into
+EventValidationError): NaN and infinities (written as null), nesting past `MAX_DEPTH` (a cyclic
+value: the C encoder would recurse past the C stack), keys that become the same JSON key (a
+value lost)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping
+from enum import Enum
+from itertools import chain
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
+__all__ = ["MAX_DEPTH", "refuse_non_finite", "refuse_non_finite_in"]
+
+MAX_DEPTH = 200
+
+
+def refuse_non_finite(value: Any, depth: int = 0) -> None:
+    """Raise ValueError for a NaN or infinite float anywhere in `value`, or for nesting deeper
+    than `MAX_DEPTH` levels (a cyclic value too: checked before the C encoder, which would
+    recurse until the interpreter's limit, and past the C stack when that limit is raised).
+
+    On every append's path: plain scalars are skipped without a call, and the usual containers
+    are recognised by their exact type before the slower isinstance checks.
+    """
+    kind = type(value)
+    if kind is dict or (kind is not list and isinstance(value, Mapping)):
+        if not all(type(key) is str for key in value):
+            _refuse_merged_keys(value)
+        items: Iterable[Any] = value.values()
+    elif kind is list:
+        items = value
+    elif kind is float or isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value} is not a finite number")
+        return
+    elif isinstance(value, BaseModel):
+        items = chain(value.__dict__.values(), (value.__pydantic_extra__ or {}).values())
+    elif isinstance(value, list | tuple | set | frozenset):
+        items = value
+    else:
+        items = _inferred_items(value)
+        if not items:  # a datetime, a UUID, a decimal (most of what reaches here): no walk
+            return
+    refuse_non_finite_in(items, depth)
+
+
+def _inferred_items(value: Any) -> Iterable[Any]:
+    """What pydantic writes of `value` where it infers the type (an `Any` field) and the checks
+    above do not reach: a dataclass's fields, an enum member's value, a deque's items. Nothing
+    for anything else: a value pydantic cannot write it refuses itself, unwalked (a `range` of
+    10**18, a collection whose iteration fails). Cheap tests first: most values that reach this
+    are datetimes, UUIDs, decimals."""
+    if isinstance(value, deque):
+        return value
+    if isinstance(value, Enum):
+        return (value.value,)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [getattr(value, field.name) for field in dataclasses.fields(value)]
+    return ()
+
+
+def refuse_non_finite_in(items: Iterable[Any], depth: int) -> None:
+    """`refuse_non_finite` of each of `items`, the items of containers `depth` levels deep."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+    for item in items:
+        kind = type(item)
+        if item is None or kind in _PLAIN:
+            continue
+        if kind is float:  # checked here: a call per float would double the walk's cost
+            if not math.isfinite(item):
+                raise ValueError(f"{item} is not a finite number")
+        elif kind is dict:  # the usual nested container: one call, as for a float
+            if not all(type(key) is str for key in item):
+                _refuse_merged_keys(item)
+            refuse_non_finite_in(item.values(), depth + 1)
+        else:
+            refuse_non_finite(item, depth + 1)
+
+
+def _refuse_merged_keys(value: Mapping[Any, Any]) -> None:
+    """JSON keys are text: `{1: "a", "1": "b"}` would be written as `{"1": "b"}`, a value lost
+    (its keys turned to text as pydantic turns them, in an `Any` field)."""
+    if len(to_jsonable_python(dict.fromkeys(value))) != len(value):
+        raise ValueError(
+            f"keys {list(value)!r:.80} become the same JSON key: a value would be lost"
+        )
+
+
+_PLAIN = frozenset({str, int, bool})
