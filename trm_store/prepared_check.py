@@ -7,7 +7,7 @@ from __future__ import annotations
 from trm_store.errors import EventValidationError
 from trm_store.event_ids import check_event_id
 from trm_store.event_types import registered_event_type, type_name_problem
-from trm_store.json_codec import dumps_json
+from trm_store.json_codec import dumps_json, loads_json
 from trm_store.prepared import PreparedEvent, copied, sealed_as
 from trm_store.vocabulary import INT32_MAX, count_problem, exact_int, exact_text
 
@@ -20,8 +20,8 @@ def as_prepared(given: PreparedEvent) -> PreparedEvent:
     it, data and meta dicts whose canonical JSON is the text to be written (a changed field, or
     text that is no JSON, would be kept in the log, and read back, or fail to be read, ever
     after). The copy is what is written: code that runs while the check encodes (a `dict`
-    subclass nested in the meta) cannot change a field of it after its check. Costs an encode
-    of its data and meta.
+    subclass nested in the meta) cannot change a field of it after its check, and its data and
+    meta are decoded from the checked text. Costs an encode and a decode of its data and meta.
 
     An event this process's `prepare` made and nobody changed since (its seal matches) is not
     validated again: its type need not be registered here at that schema version still (a
@@ -53,12 +53,16 @@ def as_prepared(given: PreparedEvent) -> PreparedEvent:
     event.data_json, event.meta_json = texts
     if seal is None or seal != sealed_as(event):
         _validated_again(event, what)
+    # What is returned and given to the projections is what the log holds: decoded from the
+    # checked text, not the caller's dicts, whose values may encode alike and differ (an int
+    # subclass), or change after their check (code run by the meta's encoding).
+    event.data, event.meta = loads_json(event.data_json), loads_json(event.meta_json)
     return event
 
 
 def _validated_again(event: PreparedEvent, what: str) -> None:
     """Check `event`'s data as `append` would check it, against its type registered here at its
-    schema version; its data then the model's normal form, whose JSON is the text written."""
+    schema version: the model's normal form of its data must be the text written."""
     registered = registered_event_type(event.type)
     if registered is None:
         return
@@ -73,4 +77,3 @@ def _validated_again(event: PreparedEvent, what: str) -> None:
         raise EventValidationError(
             f"{what}: its data is not what the model of {event.type!r} makes of it"
         )
-    event.data = normal
