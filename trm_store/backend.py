@@ -27,6 +27,7 @@ __all__ = [
     "Backend",
     "Durability",
     "reading",
+    "rolled_back",
     "store_error",
     "writing",
 ]
@@ -130,6 +131,16 @@ def reading(backend: Backend, lock: Sequence[Table] = ()) -> Iterator[Connection
             yield conn
     except SQLAlchemyError as e:
         raise store_error(backend, e) from e
+
+
+def rolled_back(
+    conn: Connection, tables: Mapping[str, Table]
+) -> Iterator[tuple[Connection, Mapping[str, Table]]]:
+    """Yields `(conn, tables)` once, then rolls back `conn`'s transaction (if the block did not
+    end it): what a read's caller did in it, a session setting too, ends with it."""
+    yield conn, tables
+    if conn.in_transaction():
+        conn.rollback()
 
 
 @contextmanager

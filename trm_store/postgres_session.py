@@ -8,10 +8,12 @@ event's `recorded_at` in that zone (the same instant, another offset), where a S
 gives UTC. Both are set once per connection, when it is opened, as SQLAlchemy's documentation
 sets a session's `search_path`: outside any transaction, so no rollback undoes them.
 
-A caller's own SQL (in `Store.query()` or `write_transaction()`) may change them, and what it
-commits stays on the connection when it goes back to the pool. So each checkout looks at what
-the server last reported for both (psycopg keeps it: no round trip) and sends them again if
-either differs.
+A caller's own SQL (in `Store.query()` or `write_transaction()`) may change them, or the
+`search_path` (the store's tables are named without a schema). `query()` rolls back, which ends
+what it set; a write transaction restores them before it commits (`RESTORE_SESSION`: one more
+statement, no more round trip than the caller's own); and each checkout of the pool looks at
+what the server last reported for the two above (psycopg keeps it: no round trip) and sends
+them again if either differs.
 """
 
 from __future__ import annotations
@@ -23,9 +25,13 @@ from sqlalchemy import Engine, event
 if TYPE_CHECKING:  # a SQLite store never imports the PostgreSQL driver
     import psycopg
 
-__all__ = ["set_session_on_connect"]
+__all__ = ["RESTORE_SESSION", "set_session_on_connect"]
 
 _SESSION_SETTINGS = "SET DateStyle = 'ISO'; SET TimeZone = 'UTC'"
+RESTORE_SESSION = f"{_SESSION_SETTINGS}; RESET search_path"
+"""Sent at the end of a write transaction (`PostgresBackend.write_transaction`), committed with
+it: the settings above, and the `search_path` the URL or the role gave the session, whatever
+the caller's SQL set in it (another schema would send the store's appends to another log)."""
 
 
 def set_session_on_connect(engine: Engine) -> None:

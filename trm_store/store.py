@@ -18,7 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from trm_store.append import Appender
 from trm_store.append_args import AppendItem, check_items
-from trm_store.backend import Backend, reading, store_error, writing
+from trm_store.backend import Backend, reading, rolled_back, store_error, writing
 from trm_store.errors import StaleProjectionError
 from trm_store.events import NewEvent, RecordedEvent
 from trm_store.log import head, read_batches, stream_events, stream_head
@@ -203,7 +203,8 @@ class Store:
         """A read transaction on an up-to-date projection: (connection, its tables by name).
 
         A writable store catches a stale projection up first; a read-only one raises
-        StaleProjectionError instead of writing.
+        StaleProjectionError instead of writing. Rolled back at the end: a session setting the
+        caller's SQL made (a `search_path`) ends with it, never reaching the store's reads.
         """
         require_known(self._projections.projections, [projection])
         tables = self._projections.live[projection]
@@ -211,7 +212,7 @@ class Store:
         with self._reading(lock) as conn:
             stale = self._projections.stale(conn, [projection])
             if not stale:
-                yield conn, tables
+                yield from rolled_back(conn, tables)
                 return
         if self.read_only:
             raise StaleProjectionError(
@@ -219,7 +220,7 @@ class Store:
             )
         self.recover()
         with self._reading(lock) as conn:
-            yield conn, tables
+            yield from rolled_back(conn, tables)
 
     def _reading(self, lock: Sequence[Table] = ()) -> AbstractContextManager[Connection]:
         return reading(self._backend, lock)

@@ -6,11 +6,14 @@ defaults would be, without touching the shared database."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import text
 
-from tests.store.helpers import added
+from tests.conftest import _pg_schema_url
+from tests.store.helpers import TOTALS, added
 from trm_store import RunLog, open_store
 from trm_store.domain.runs import run_info
 
@@ -69,3 +72,53 @@ def test_a_setting_a_caller_sends_does_not_reach_the_stores_next_reads(
                     conn.exec_driver_sql(setting)
             read = list(store.read_all()) + store.read_stream("s")
             assert {e.recorded_at.utcoffset() for e in read} == {timedelta(0)}
+
+
+@pytest.fixture
+def second_schema() -> Iterator[str]:
+    """Another store's schema on the same database, with a log of its own."""
+    yield from _pg_schema_url()
+
+
+def _schema_of(url: str) -> str:
+    return url.rsplit("%3D", 1)[1]
+
+
+@pytest.mark.parametrize("where", ["query", "write_transaction"])
+def test_a_search_path_a_caller_sets_never_sends_the_store_to_another_schema(
+    pg_url: str, second_schema: str, where: str
+) -> None:
+    """A second review: after `SET search_path = <another store's schema>` in `query()`, the
+    store read the other log; after one in `write_transaction()`, it appended to it."""
+    with (
+        open_store(pg_url, projections=TOTALS) as ours,
+        open_store(second_schema, projections=TOTALS) as theirs,
+    ):
+        ours.append("ours", [added(1)])
+        theirs.append("theirs", [added(2)])
+        other = _schema_of(second_schema)
+        for _ in range(5):  # the pool's or the writers' connections, each in turn
+            if where == "query":
+                with ours.query("test_totals") as (conn, _tables):
+                    conn.exec_driver_sql(f'SET search_path = "{other}"')
+            else:
+                with ours.write_transaction() as conn:
+                    conn.exec_driver_sql(f'SET search_path = "{other}"')
+            ours.append("ours", [added(1)])
+        assert {e.stream_id for e in ours.read_all()} == {"ours"}
+        assert [e.stream_id for e in theirs.read_all()] == ["theirs"]
+
+
+@pytest.mark.parametrize("setting", ["SET TimeZone = 'Asia/Tokyo'", "SET DateStyle = 'SQL, DMY'"])
+def test_a_setting_sent_in_a_write_transaction_does_not_reach_the_next_one(
+    pg_url: str, setting: str
+) -> None:
+    """Writer connections are not the pool's: no checkout sees them (a second review)."""
+    with open_store(pg_url, projections=None) as store:
+        store.append("s", [added(1)])
+        for _ in range(5):
+            with store.write_transaction() as conn:
+                conn.exec_driver_sql(setting)
+            with store.write_transaction() as conn:
+                (at,) = conn.execute(text("SELECT recorded_at FROM events LIMIT 1")).one()
+                assert at.utcoffset() == timedelta(0)
