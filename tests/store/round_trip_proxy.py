@@ -3,7 +3,9 @@
 A round trip is counted each time a client sends after the server has answered: the client had
 to wait for that answer. Pipelined statements sent at once count one, like the network sees them.
 It can also forget its open flows, as a NAT or a load balancer does after an idle timeout: the
-next packet a client sends on one is answered with a reset, and nothing reaches the server.
+next packet a client sends on one is answered with a reset, and nothing reaches the server. Or
+go silent (`silent`): nothing forwarded either way, no reset, both sockets left open, as a path
+that stopped forwarding looks from either end.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from urllib.parse import urlsplit, urlunsplit
@@ -27,6 +30,7 @@ class RoundTripProxy:
         self.open_connections = 0
         self._flows: list[list[bool]] = []
         """Each connection's `forgotten` flag."""
+        self.silent = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def url(self, url: str) -> str:
@@ -72,6 +76,8 @@ class RoundTripProxy:
     ) -> None:
         try:
             while data := source.recv(65536):
+                while self.silent.is_set():  # held, not forwarded, nothing said
+                    time.sleep(0.05)
                 if forgotten[0]:  # a reset to whoever sends, nothing forwarded
                     source.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     break

@@ -5,7 +5,6 @@ touches its parent's subscription connection, nor waits on a lock a parent's thr
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from sqlalchemy import create_engine, text
 import trm_store.wakeups
 from tests.conftest import PG_URL
 from tests.store.helpers import added, in_a_forked_child
+from tests.store.round_trip_proxy import round_trip_proxy
 from trm_store import RecordedEvent, Store, StoreError, open_store
 
 
@@ -81,39 +81,6 @@ def test_a_forked_child_closes_its_store_without_touching_the_parents_subscripti
     assert os.getpid()  # the parent is the one still here
 
 
-class _Blackhole:
-    """A TCP proxy to PostgreSQL on loopback that can stop forwarding while keeping both
-    sockets open: what a NAT or firewall that dropped an idle connection's state looks like."""
-
-    def __init__(self) -> None:
-        self.frozen = threading.Event()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(("127.0.0.1", 5432))
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                while self.frozen.is_set():
-                    time.sleep(0.05)
-                sink.sendall(data)
-        except OSError:
-            pass
-
-    def close(self) -> None:
-        self._listener.close()
-
-
 @pytest.mark.postgres
 def test_a_connection_that_goes_silent_ends_the_iteration_with_a_store_error(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
@@ -122,7 +89,6 @@ def test_a_connection_that_goes_silent_ends_the_iteration_with_a_store_error(
     idle connection that still answers lives on."""
     monkeypatch.setattr(trm_store.wakeups, "HEARTBEAT_S", 0.5, raising=False)
     monkeypatch.setattr(trm_store.wakeups, "HEARTBEAT_TIMEOUT_S", 1.0, raising=False)
-    proxy = _Blackhole()
     outcome: list[object] = []
 
     def follow(events: Iterator[RecordedEvent]) -> None:
@@ -131,21 +97,21 @@ def test_a_connection_that_goes_silent_ends_the_iteration_with_a_store_error(
         except StoreError as e:
             outcome.append(e)
 
-    try:
-        with (
-            open_store(pg_url, projections={}) as writer,
-            open_store(pg_url.replace(":5432", f":{proxy.port}"), projections={}) as follower,
-        ):
-            writer.append("a", [added(1)])
-            follower_thread = threading.Thread(target=follow, args=(follower.subscribe(),))
-            follower_thread.start()
-            time.sleep(2)  # idle: heartbeats, each answered in time
-            assert outcome == [1]
-            proxy.frozen.set()
+    with (
+        round_trip_proxy(pg_url) as (proxy, through),
+        open_store(pg_url, projections={}) as writer,
+        open_store(through, projections={}) as follower,
+    ):
+        writer.append("a", [added(1)])
+        follower_thread = threading.Thread(target=follow, args=(follower.subscribe(),))
+        follower_thread.start()
+        time.sleep(2)  # idle: heartbeats, each answered in time
+        assert outcome == [1]
+        proxy.silent.set()
+        try:
             writer.append("b", [added(2)])
             follower_thread.join(10)
             assert not follower_thread.is_alive(), "the silent connection was never noticed"
             assert outcome[:-1] == [1] and isinstance(outcome[-1], StoreError), outcome
-    finally:
-        proxy.frozen.clear()
-        proxy.close()
+        finally:
+            proxy.silent.clear()
