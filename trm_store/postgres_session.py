@@ -11,7 +11,7 @@ sets a session's `search_path`: outside any transaction, so no rollback undoes t
 A caller's own SQL (in `Store.query()` or `write_transaction()`) may change them, or the
 `search_path` (the store's tables are named without a schema). `query()` rolls back, which ends
 what it set; a write transaction restores them before it commits (`RESTORE_SESSION`: one more
-statement, no more round trip than the caller's own); and each checkout of the pool looks at
+statement and round trip in the same transaction); and each checkout of the pool looks at
 what the server last reported for the two above (psycopg keeps it: no round trip) and sends
 them again if either differs.
 """
