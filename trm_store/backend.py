@@ -106,6 +106,11 @@ class Backend(Protocol):
         may swap) are read as they were when it began or as the swap left them, never between
         (on `conn`, a connection of the caller's own, when given)."""
 
+    def read_statement(self) -> AbstractContextManager[Connection]:
+        """A connection for a read of one statement, which sees one snapshot by itself: with
+        no transaction where that saves round trips (a writable PostgreSQL store: no `BEGIN`,
+        no `COMMIT`)."""
+
     def translate(self, error: Exception) -> StoreError | None:
         """The typed error for a driver error this backend understands, else None."""
 
@@ -124,10 +129,14 @@ def store_error(backend: Backend, error: SQLAlchemyError) -> StoreError:
 
 
 @contextmanager
-def reading(backend: Backend, lock: Sequence[Table] = ()) -> Iterator[Connection]:
-    """`backend.read_transaction(lock)`, its database errors raised as StoreErrors."""
+def reading(
+    backend: Backend, lock: Sequence[Table] = (), *, one_statement: bool = False
+) -> Iterator[Connection]:
+    """`backend.read_transaction(lock)` (`read_statement()` for a read of `one_statement`), its
+    database errors raised as StoreErrors."""
     try:
-        with backend.read_transaction(lock) as conn:
+        read = backend.read_statement() if one_statement else backend.read_transaction(lock)
+        with read as conn:
             yield conn
     except SQLAlchemyError as e:
         raise store_error(backend, e) from e

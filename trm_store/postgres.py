@@ -182,6 +182,18 @@ class PostgresBackend:
         self.engine.dispose()
 
     @contextmanager
+    def read_statement(self) -> Iterator[Connection]:
+        """Autocommit: one statement is its own snapshot, and needs no `BEGIN` and `COMMIT`
+        round trips (2 of a newest-event read's 4). A read-only store keeps its transaction:
+        its guard (`trm_store.postgres_read_only`) checks each statement inside one."""
+        if self.read_only:
+            with self.read_transaction() as conn:
+                yield conn
+            return
+        with self.engine.connect() as conn:
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
+
+    @contextmanager
     def read_transaction(
         self, lock: Sequence[Table] = (), conn: Connection | None = None
     ) -> Iterator[Connection]:

@@ -179,6 +179,9 @@ class SqliteBackend:
         self._writer_lock.close_file()
         self.engine.dispose()
 
+    def read_statement(self) -> AbstractContextManager[Connection]:
+        return self.read_transaction()
+
     @contextmanager
     def read_transaction(
         self, lock: Sequence[Table] = (), conn: Connection | None = None

@@ -145,13 +145,13 @@ class Store:
         """
         stream_id = checked_stream_id(stream_id)
         version, rows = checked_stream_read(from_version, backwards, limit)
-        with self._reading() as conn:
+        with self._reading(one_statement=True) as conn:
             return stream_events(conn, stream_id, version, backwards=backwards, limit=rows)
 
     def stream_version(self, stream_id: str) -> int:
         """The stream's current version: its number of events (0: no such stream)."""
         stream_id = checked_stream_id(stream_id)
-        with self._reading() as conn:
+        with self._reading(one_statement=True) as conn:
             return stream_head(conn, stream_id)
 
     def read_all(
@@ -170,7 +170,9 @@ class Store:
         """
         after = checked_count("after_position", after_position, 0)
         size = checked_count("batch_size", batch_size, 1)
-        return read_batches(self._reading, checked_filter(types, stream_prefix), after, size)
+        wanted = checked_filter(types, stream_prefix)  # unfiltered: one statement a batch
+        reads = partial(self._reading, one_statement=wanted is None)
+        return read_batches(reads, wanted, after, size)
 
     def subscribe(
         self,
@@ -189,7 +191,7 @@ class Store:
 
     def head_position(self) -> int:
         """The position of the last committed event (0 for an empty log)."""
-        with self._reading() as conn:
+        with self._reading(one_statement=True) as conn:
             return head(conn)
 
     def projection_status(self) -> dict[str, ProjectionStatus]:
@@ -222,8 +224,10 @@ class Store:
         with self._reading(lock) as conn:
             yield from rolled_back(conn, tables)
 
-    def _reading(self, lock: Sequence[Table] = ()) -> AbstractContextManager[Connection]:
-        return reading(self._backend, lock)
+    def _reading(
+        self, lock: Sequence[Table] = (), *, one_statement: bool = False
+    ) -> AbstractContextManager[Connection]:
+        return reading(self._backend, lock, one_statement=one_statement)
 
     # -- projections ----------------------------------------------------------------------------
 
