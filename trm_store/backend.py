@@ -145,11 +145,14 @@ def reading(
 def rolled_back(
     conn: Connection, tables: Mapping[str, Table]
 ) -> Iterator[tuple[Connection, Mapping[str, Table]]]:
-    """Yields `(conn, tables)` once, then rolls back `conn`'s transaction (if the block did not
-    end it): what a read's caller did in it, a session setting too, ends with it."""
+    """Yields `(conn, tables)` once, then rolls back `conn`'s transaction: what a read's caller
+    did in it, a session setting too, ends with it. A connection whose transaction the caller
+    ended (a `COMMIT` may have kept a `SET search_path`) is not kept: invalidated, closed."""
     yield conn, tables
     if conn.in_transaction():
         conn.rollback()
+    else:
+        conn.invalidate()
 
 
 @contextmanager

@@ -28,7 +28,7 @@ from trm_store.postgres_append import (
 from trm_store.postgres_outcome import LAST_QUERY_HIDDEN
 from trm_store.postgres_prepared import Prepared
 from trm_store.postgres_read_only import guard_read_only
-from trm_store.postgres_session import RESTORE_SESSION, set_session_on_connect
+from trm_store.postgres_session import set_session_on_connect
 from trm_store.postgres_writers import PostgresWriters
 from trm_store.prepared import PreparedAppend
 from trm_store.rebuild_lock import RebuildLock, advisory_rebuild_lock
@@ -163,7 +163,6 @@ class PostgresBackend:
         if conn is None:  # a writer's connection, the lock taken in the round trip of `BEGIN`
             with self._writers.transaction(lock) as (conn, _):
                 yield conn
-                conn.exec_driver_sql(RESTORE_SESSION)  # whatever the caller's SQL set
             return
         with conn.begin():  # a caller's own connection (a rebuild's)
             conn.exec_driver_sql(lock)

@@ -10,10 +10,12 @@ sets a session's `search_path`: outside any transaction, so no rollback undoes t
 
 A caller's own SQL (in `Store.query()` or `write_transaction()`) may change them, or the
 `search_path` (the store's tables are named without a schema). `query()` rolls back, which ends
-what it set; a write transaction restores them before it commits (`RESTORE_SESSION`: one more
-statement and round trip in the same transaction); and each checkout of the pool looks at
-what the server last reported for the two above (psycopg keeps it: no round trip) and sends
-them again if either differs.
+what it set (and a connection whose transaction the caller ended is not kept); a writer
+connection whose last transaction ran a caller's SQL (a `write_transaction` block, a
+projection's `apply`) begins its next one with `RESTORE_SESSION`, in the same round trip
+(`trm_store.postgres_writers`); and each checkout of the pool looks at what the server last
+reported for the two above (psycopg keeps it: no round trip) and sends them again if either
+differs.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ __all__ = ["RESTORE_SESSION", "set_session_on_connect"]
 
 _SESSION_SETTINGS = "SET DateStyle = 'ISO'; SET TimeZone = 'UTC'"
 RESTORE_SESSION = f"{_SESSION_SETTINGS}; RESET search_path"
-"""Sent at the end of a write transaction (`PostgresBackend.write_transaction`), committed with
-it: the settings above, and the `search_path` the URL or the role gave the session, whatever
-the caller's SQL set in it (another schema would send the store's appends to another log)."""
+"""Sent at the start of a writer's transaction after one that ran a caller's SQL: the settings
+above, and the `search_path` the URL or the role gave the session, whatever the caller's SQL
+set (another schema would send the store's appends to another log)."""
 
 
 def set_session_on_connect(engine: Engine) -> None:

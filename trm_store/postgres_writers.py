@@ -53,6 +53,7 @@ from trm_store.postgres_prepared import (
     ensure_prepared,
     unsure,
 )
+from trm_store.postgres_session import RESTORE_SESSION
 from trm_store.postgres_warm import cancel_running, warm
 
 __all__ = ["PostgresWriters", "TransactionAborted"]
@@ -96,6 +97,7 @@ class PostgresWriters:
         `first` executes) are prepared first on a connection whose session does not have
         them."""
         with self._connection(first, params, prepare) as (conn, connection, raw, rows, _):
+            connection.info[_CALLERS_SQL] = True  # the block runs SQL not trm's (see `_begin`)
             try:
                 yield conn, rows
                 if raw.info.transaction_status == TransactionStatus.INERROR:
@@ -230,8 +232,12 @@ class PostgresWriters:
         raw = driver_connection(connection)
         conn = Connection(self._engine, connection)
         # READ COMMITTED whatever the session's default: each statement after the lock's then
-        # reads with a snapshot taken once the lock is held.
-        sql = f"BEGIN ISOLATION LEVEL READ COMMITTED; {first}"
+        # reads with a snapshot taken once the lock is held. After a transaction that ran a
+        # caller's SQL (a `write_transaction` block, a projection's `apply`), the session's
+        # settings restored first, in the same round trip: a `search_path` it set would send
+        # this transaction to another schema's log (`trm_store.postgres_session`).
+        restore = f"{RESTORE_SESSION}; " if connection.info.pop(_CALLERS_SQL, False) else ""
+        sql = f"BEGIN ISOLATION LEVEL READ COMMITTED; {restore}{first}"
         left = False
         try:
             if params is not None:
@@ -273,6 +279,9 @@ def _roll_back(conn: Connection, connection: PoolProxiedConnection) -> None:
     with suppress(Exception):
         conn.rollback()
 
+
+_CALLERS_SQL = "trm_callers_sql"
+"""Marks, in a writer connection's `info`, that its last transaction ran a caller's SQL."""
 
 _ALL: weakref.WeakSet[PostgresWriters] = weakref.WeakSet()
 """Every store's writers in this process, for the at-fork hook."""

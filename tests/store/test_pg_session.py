@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import text
 
 from tests.conftest import _pg_schema_url
-from tests.store.helpers import TOTALS, added
+from tests.store.helpers import TOTALS, Totals, added
 from trm_store import RunLog, open_store
 from trm_store.domain.runs import run_info
 
@@ -122,3 +123,60 @@ def test_a_setting_sent_in_a_write_transaction_does_not_reach_the_next_one(
             with store.write_transaction() as conn:
                 (at,) = conn.execute(text("SELECT recorded_at FROM events LIMIT 1")).one()
                 assert at.utcoffset() == timedelta(0)
+
+
+class _SettingTotals(Totals):
+    """`Totals`, whose `apply` also sends a session setting (an amount of 99 says when)."""
+
+    setting = ""
+
+    def apply(self, conn: Any, tables: Any, events: Any) -> None:
+        super().apply(conn, tables, events)
+        if any(e.data["amount"] == 99 for e in events):
+            conn.exec_driver_sql(self.setting)
+
+
+@pytest.mark.parametrize("what", ["search_path", "DateStyle"])
+def test_a_setting_a_projections_apply_sends_does_not_reach_the_next_transactions(
+    pg_url: str, second_schema: str, what: str
+) -> None:
+    """A third review: after `apply` set a search_path, the store's later appends went into
+    another store's log; after a DateStyle, a `write_transaction` reading a date failed with
+    psycopg's raw NotImplementedError. A writer connection whose transaction ran a caller's SQL
+    begins its next one by restoring the session (`trm_store.postgres_writers`)."""
+    projection = _SettingTotals()
+    other = _schema_of(second_schema)
+    projection.setting = (
+        f'SET search_path = "{other}"' if what == "search_path" else "SET DateStyle = 'SQL, DMY'"
+    )
+    with open_store(second_schema, projections=TOTALS) as theirs:
+        theirs.append("theirs", [added(2)])
+    with open_store(pg_url, projections={"test_totals": projection}) as ours:
+        for n in range(6):  # the writer connections, each in turn
+            ours.append("ours", [added(99)])
+            ours.append(f"ours{n}", [added(1)])
+            with ours.write_transaction() as conn:
+                (at,) = conn.execute(text("SELECT recorded_at FROM events LIMIT 1")).one()
+                assert at.utcoffset() == timedelta(0)
+        assert len(list(ours.read_all())) == 12
+    with open_store(second_schema, projections=TOTALS) as theirs:
+        assert [e.stream_id for e in theirs.read_all()] == ["theirs"]
+
+
+def test_a_search_path_committed_inside_query_does_not_reach_the_next_read(
+    pg_url: str, second_schema: str
+) -> None:
+    """`query()` rolls back; a block that commits first ends its transaction itself: its
+    connection is then not kept (a third review)."""
+    with (
+        open_store(pg_url, projections=TOTALS) as ours,
+        open_store(second_schema, projections=TOTALS) as theirs,
+    ):
+        ours.append("ours", [added(1)])
+        theirs.append("theirs", [added(2), added(3)])
+        for _ in range(5):
+            with ours.query("test_totals") as (conn, _tables):
+                conn.exec_driver_sql(f'SET search_path = "{_schema_of(second_schema)}"')
+                conn.commit()
+            assert [e.stream_id for e in ours.read_all()] == ["ours"]
+            assert ours.head_position() == 1
