@@ -88,8 +88,17 @@ def refuse_non_finite_in(items: Iterable[Any], depth: int) -> None:
 
 def _refuse_merged_keys(value: Mapping[Any, Any]) -> None:
     """JSON keys are text: `{1: "a", "1": "b"}` would be written as `{"1": "b"}`, a value lost
-    (its keys turned to text as pydantic turns them, in an `Any` field)."""
-    if len(to_jsonable_python(dict.fromkeys(value))) != len(value):
+    (its keys turned to text as pydantic turns them, in an `Any` field). A NaN or infinite key
+    is refused as such a value is (pydantic writes each as "None"); a key that cannot be text at
+    all (a `frozenset`) is refused here too, with the same error."""
+    for key in value:
+        if isinstance(key, float) and not math.isfinite(key):
+            raise ValueError(f"a key {key} is not a finite number")
+    try:
+        keys = to_jsonable_python(dict.fromkeys(value))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"a key of {list(value)!r:.80} cannot be a JSON key: {e}") from None
+    if len(keys) != len(value):
         raise ValueError(
             f"keys {list(value)!r:.80} become the same JSON key: a value would be lost"
         )

@@ -55,3 +55,30 @@ def test_what_is_written_has_every_value_given_or_is_refused(
         return
     assert not merged
     assert len(store.read_stream("s", recorded.version)[0].data["x"]) == len(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ({float("nan"): 1}, "not a finite number"),
+        ({float("nan"): 1, None: 2}, "not a finite number"),
+        ({float("inf"): 1, float("-inf"): 2}, "not a finite number"),
+        ({frozenset({1}): 1}, "cannot be a JSON key"),
+        ({(1, frozenset()): 1}, "cannot be a JSON key"),
+    ],
+    ids=["nan", "nan-and-none", "infinities", "frozenset", "tuple-holding-a-frozenset"],
+)
+@pytest.mark.parametrize("where", ["data", "meta"])
+def test_keys_json_cannot_hold_are_refused_with_a_typed_error(
+    store: Store, value: Any, says: str, where: str
+) -> None:
+    """A third review: NaN keys were all written as "None", one value kept; a frozenset key
+    escaped as a bare TypeError (in meta, a regression of the key check above)."""
+    event = (
+        NewEvent("test.free", {"x": value})
+        if where == "data"
+        else NewEvent("test.free", {}, meta={"x": value})
+    )
+    with pytest.raises(EventValidationError, match=says):
+        store.append("s", [event])
+    assert store.head_position() == 0
