@@ -9,8 +9,9 @@ spurious wake-up (another store's append on the same PostgreSQL database) costs 
 A PostgreSQL connection can die without a word: a NAT, firewall or load balancer that drops an
 idle connection's state sends no reset, and TCP's keepalive takes hours to notice. So a
 subscriber that has heard nothing for `HEARTBEAT_S` asks the server (`SELECT 1`), and shuts its
-socket down if no answer comes within `HEARTBEAT_TIMEOUT_S`: the blocked read then fails as a
-lost connection's does, and the subscription raises StoreError.
+socket down if no answer comes within `HEARTBEAT_TIMEOUT_S`, or within `READ_TIMEOUT_S` for a
+read of the log: the blocked read then fails as a lost connection's does, and the subscription
+raises StoreError.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import os
 import socket
 import threading
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, closing, contextmanager, nullcontext
 from typing import Any, Protocol
 
 from sqlalchemy import Connection
@@ -28,6 +30,7 @@ __all__ = [
     "HEARTBEAT_S",
     "HEARTBEAT_TIMEOUT_S",
     "NOTIFY_APPENDED",
+    "READ_TIMEOUT_S",
     "SQLITE_POLL_S",
     "Wakeups",
     "wakeups",
@@ -44,6 +47,9 @@ HEARTBEAT_S = 10.0
 """How long a PostgreSQL subscriber hears nothing before it asks the server whether it is there."""
 HEARTBEAT_TIMEOUT_S = 10.0
 """How long it waits for the answer before taking the connection for lost."""
+READ_TIMEOUT_S = 60.0
+"""How long a subscriber's read of a batch may go unanswered before its connection is taken for
+lost (a batch is at most the store's batch size of events: seconds at worst)."""
 
 
 class Wakeups(Protocol):
@@ -51,6 +57,10 @@ class Wakeups(Protocol):
 
     def wait(self, timeout: float) -> bool:
         """Block up to `timeout` seconds; True when something may have been committed."""
+
+    def answered(self) -> AbstractContextManager[None]:
+        """Bounds the subscriber's read in the block: on PostgreSQL, a connection that has
+        not answered within `READ_TIMEOUT_S` is taken for lost (see the module)."""
 
 
 class _DataVersion:
@@ -65,6 +75,9 @@ class _DataVersion:
     def _read(self) -> int:
         # Outside any transaction (isolation_level None: no implicit BEGIN), so it sees commits.
         return int(self._dbapi_connection.execute("PRAGMA data_version").fetchone()[0])
+
+    def answered(self) -> AbstractContextManager[None]:
+        return nullcontext()  # a local file: no path to go silent
 
     def wait(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -104,29 +117,14 @@ class _Notifications:
         self._heard = time.monotonic()
         return True
 
+    def answered(self) -> AbstractContextManager[None]:
+        return answered_within(self._dbapi_connection, READ_TIMEOUT_S)
+
     def _ping(self) -> None:
-        """`SELECT 1` (its transaction rolled back: the next read takes a fresh snapshot), the
-        socket shut down if no answer comes in time, which fails the read that waits for it."""
-        connection = self._dbapi_connection
-        answered = threading.Event()
-        fd = connection.fileno()
-
-        def shut_down() -> None:
-            with _shutting:
-                if not answered.is_set():
-                    with socket.socket(fileno=os.dup(fd)) as sock:
-                        sock.shutdown(socket.SHUT_RDWR)
-
-        timer = threading.Timer(HEARTBEAT_TIMEOUT_S, shut_down)
-        timer.daemon = True
-        timer.start()
-        try:
-            connection.execute("SELECT 1").fetchone()
-            connection.rollback()
-        finally:
-            with _shutting:
-                answered.set()
-            timer.cancel()
+        """`SELECT 1` (its transaction rolled back: the next read takes a fresh snapshot)."""
+        with answered_within(self._dbapi_connection, HEARTBEAT_TIMEOUT_S):
+            self._dbapi_connection.execute("SELECT 1").fetchone()
+            self._dbapi_connection.rollback()
         self._heard = time.monotonic()
 
     def _received(self, timeout: float) -> bool:
@@ -135,9 +133,34 @@ class _Notifications:
             return next(notes, None) is not None
 
 
+@contextmanager
+def answered_within(dbapi_connection: Any, seconds: float) -> Iterator[None]:
+    """The block's calls on `dbapi_connection` (a psycopg one), its socket shut down if they
+    have not returned within `seconds`: the blocked read then fails as a lost connection's does
+    (psycopg's OperationalError), where a path that stopped forwarding would hold it forever."""
+    answered = threading.Event()
+    fd = dbapi_connection.fileno()
+
+    def shut_down() -> None:
+        with _shutting:
+            if not answered.is_set():
+                with socket.socket(fileno=os.dup(fd)) as sock:
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(seconds, shut_down)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        with _shutting:
+            answered.set()
+        timer.cancel()
+
+
 _shutting = threading.Lock()
-"""A heartbeat's answer and its timer's shutdown, one at a time: a socket answered in time is
-never shut down."""
+"""A block's answer and its timer's shutdown, one at a time: a socket answered in time is never
+shut down."""
 
 
 def wakeups(conn: Connection) -> Wakeups:

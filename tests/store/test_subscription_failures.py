@@ -115,3 +115,38 @@ def test_a_connection_that_goes_silent_ends_the_iteration_with_a_store_error(
             assert outcome[:-1] == [1] and isinstance(outcome[-1], StoreError), outcome
         finally:
             proxy.silent.clear()
+
+
+@pytest.mark.postgres
+def test_a_connection_that_goes_silent_during_a_read_ends_the_iteration(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between two batches of a catch-up: the read in flight is bounded too (a third review: it
+    hung for good, and close() could not end it)."""
+    monkeypatch.setattr(trm_store.wakeups, "READ_TIMEOUT_S", 1.0, raising=False)
+    outcome: list[object] = []
+    with (
+        round_trip_proxy(pg_url) as (proxy, through),
+        open_store(pg_url, projections={}) as writer,
+        open_store(through, projections={}) as follower,
+    ):
+        writer.append("s", [added(n) for n in range(1005)])  # two batches of the catch-up
+
+        def follow() -> None:
+            try:
+                for event in follower.subscribe():
+                    outcome.append(event.position)
+                    if event.position == 1000:  # the path dies before the second batch's read
+                        proxy.silent.set()
+            except StoreError as e:
+                outcome.append(e)
+
+        follower_thread = threading.Thread(target=follow)
+        follower_thread.start()
+        try:
+            follower_thread.join(10)
+            assert not follower_thread.is_alive(), "the read in flight was never bounded"
+            assert outcome[:-1] == list(range(1, 1001)), outcome[-3:]
+            assert isinstance(outcome[-1], StoreError), outcome
+        finally:
+            proxy.silent.clear()
