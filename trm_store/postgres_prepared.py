@@ -4,6 +4,7 @@ how it knows they are still there: psycopg's own prepared statements come and go
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from sqlalchemy import Connection
@@ -44,6 +45,13 @@ def ensure_prepared(
     if there is None or not conn.exec_driver_sql(_IS_PREPARED, {"name": prepared.name}).first():
         conn.exec_driver_sql(prepared.statement, execution_options=AS_IS)  # autocommit: kept
     state[prepared.name] = True
+
+
+def all_prepared(connection: PoolProxiedConnection, statements: Sequence[Prepared]) -> bool:
+    """Whether each of `statements` is known to be prepared in the connection's session (so
+    `ensure_prepared` sends nothing)."""
+    state: dict[str, bool] = connection.info.get(_PREPARED, {})
+    return all(state.get(prepared.name) is True for prepared in statements)
 
 
 def unsure(connection: PoolProxiedConnection) -> None:

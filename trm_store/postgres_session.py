@@ -11,29 +11,70 @@ sets a session's `search_path`: outside any transaction, so no rollback undoes t
 A caller's own SQL (in `Store.query()` or `write_transaction()`) may change them, or the
 `search_path` (the store's tables are named without a schema). `query()` rolls back, which ends
 what it set (and a connection whose transaction the caller ended is not kept); a writer
-connection whose last transaction ran a caller's SQL (a `write_transaction` block, a
-projection's `apply`) begins its next one with `RESTORE_SESSION`, in the same round trip
-(`trm_store.postgres_writers`); and each checkout of the pool looks at what the server last
-reported for the two above (psycopg keeps it: no round trip) and sends them again if either
-differs.
+connection whose transaction ran a caller's SQL (a `write_transaction` block, a projection's
+`apply`) is marked (`callers_sql_ran`), and its next transaction begins with `RESTORE_SESSION`
+in the round trip of its `BEGIN` (`restoring`), the mark kept until such a transaction commits
+(a rollback undoes the restore too); and each checkout of the pool looks at what the server
+last reported for the two above (psycopg keeps it: no round trip) and sends them again if
+either differs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, event
+from sqlalchemy import Connection, Engine, event
+from sqlalchemy.pool import PoolProxiedConnection
+
+from trm_store.postgres_prepared import AS_IS, Prepared, all_prepared
 
 if TYPE_CHECKING:  # a SQLite store never imports the PostgreSQL driver
     import psycopg
 
-__all__ = ["RESTORE_SESSION", "set_session_on_connect"]
+__all__ = [
+    "RESTORE_SESSION",
+    "callers_sql_ran",
+    "restored",
+    "restoring",
+    "set_session_on_connect",
+]
 
 _SESSION_SETTINGS = "SET DateStyle = 'ISO'; SET TimeZone = 'UTC'"
 RESTORE_SESSION = f"{_SESSION_SETTINGS}; RESET search_path"
 """Sent at the start of a writer's transaction after one that ran a caller's SQL: the settings
 above, and the `search_path` the URL or the role gave the session, whatever the caller's SQL
 set (another schema would send the store's appends to another log)."""
+_CALLERS_SQL = "trm_callers_sql"
+"""Marks, in a writer connection's `info`, that its session may hold a caller's settings."""
+
+
+def callers_sql_ran(connection: PoolProxiedConnection) -> None:
+    """Mark `connection`: its transaction runs SQL not trm's."""
+    connection.info[_CALLERS_SQL] = True
+
+
+def restoring(
+    conn: Connection, connection: PoolProxiedConnection, prepare: Sequence[Prepared]
+) -> str:
+    """What a writer's transaction on `connection` sends before its first statement: nothing
+    for a session that is the store's; else `RESTORE_SESSION`, in the round trip of `BEGIN`;
+    or, when a statement of `prepare` must be prepared first (`PREPARE` would plan it under the
+    caller's `search_path`), the restore sent now, on its own, outside any transaction (so kept:
+    the mark goes), before it."""
+    if not connection.info.get(_CALLERS_SQL):
+        return ""
+    if all_prepared(connection, prepare):
+        return f"{RESTORE_SESSION}; "
+    conn.exec_driver_sql(RESTORE_SESSION, execution_options=AS_IS)
+    del connection.info[_CALLERS_SQL]
+    return ""
+
+
+def restored(connection: PoolProxiedConnection) -> None:
+    """A transaction that ran no caller's SQL committed: the restore it began with, if any,
+    holds."""
+    connection.info.pop(_CALLERS_SQL, None)
 
 
 def set_session_on_connect(engine: Engine) -> None:

@@ -53,7 +53,7 @@ from trm_store.postgres_prepared import (
     ensure_prepared,
     unsure,
 )
-from trm_store.postgres_session import RESTORE_SESSION
+from trm_store.postgres_session import callers_sql_ran, restored, restoring
 from trm_store.postgres_warm import cancel_running, warm
 
 __all__ = ["PostgresWriters", "TransactionAborted"]
@@ -97,7 +97,7 @@ class PostgresWriters:
         `first` executes) are prepared first on a connection whose session does not have
         them."""
         with self._connection(first, params, prepare) as (conn, connection, raw, rows, _):
-            connection.info[_CALLERS_SQL] = True  # the block runs SQL not trm's (see `_begin`)
+            callers_sql_ran(connection)  # the block's (`trm_store.postgres_session`)
             try:
                 yield conn, rows
                 if raw.info.transaction_status == TransactionStatus.INERROR:
@@ -164,6 +164,7 @@ class PostgresWriters:
                 _roll_back(conn, connection)
                 raise
         conn.commit()  # nothing to send: SQLAlchemy's transaction ends with the server's
+        restored(connection)
         return rows
 
     @contextmanager
@@ -231,22 +232,21 @@ class PostgresWriters:
         # are now, as one from the pool would.
         raw = driver_connection(connection)
         conn = Connection(self._engine, connection)
-        # READ COMMITTED whatever the session's default: each statement after the lock's then
-        # reads with a snapshot taken once the lock is held. After a transaction that ran a
-        # caller's SQL (a `write_transaction` block, a projection's `apply`), the session's
-        # settings restored first, in the same round trip: a `search_path` it set would send
-        # this transaction to another schema's log (`trm_store.postgres_session`).
-        restore = f"{RESTORE_SESSION}; " if connection.info.pop(_CALLERS_SQL, False) else ""
-        sql = f"BEGIN ISOLATION LEVEL READ COMMITTED; {restore}{first}"
         left = False
         try:
+            conn.begin()
+            # READ COMMITTED whatever the session's default: each statement after the lock's
+            # then reads with a snapshot taken once the lock is held. After a caller's SQL, the
+            # session's settings first (a `search_path` it set would send this transaction to
+            # another schema's log).
+            restore = restoring(conn, connection, prepare)
+            sql = f"BEGIN ISOLATION LEVEL READ COMMITTED; {restore}{first}"
             if params is not None:
                 sql = psycopg.ClientCursor(raw).mogrify(sql, params)
             # Quoted before `first` waits for the append lock, not while it is held:
             then_sql = "" if then is None else psycopg.ClientCursor(raw).mogrify(*then)
             if whole:
                 sql, then_sql = f"{sql}; {then_sql}", ""
-            conn.begin()
             for statement in prepare:
                 ensure_prepared(conn, connection, statement)
             left = whole  # from here on, a whole query's outcome is unknown until it answers
@@ -279,9 +279,6 @@ def _roll_back(conn: Connection, connection: PoolProxiedConnection) -> None:
     with suppress(Exception):
         conn.rollback()
 
-
-_CALLERS_SQL = "trm_callers_sql"
-"""Marks, in a writer connection's `info`, that its last transaction ran a caller's SQL."""
 
 _ALL: weakref.WeakSet[PostgresWriters] = weakref.WeakSet()
 """Every store's writers in this process, for the at-fork hook."""

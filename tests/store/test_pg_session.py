@@ -6,17 +6,19 @@ defaults would be, without touching the shared database."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 
-from tests.conftest import _pg_schema_url
+from tests.conftest import PG_URL, _pg_schema_url
 from tests.store.helpers import TOTALS, Totals, added
-from trm_store import RunLog, open_store
+from trm_store import NewEvent, RunLog, StoreError, open_store
 from trm_store.domain.runs import run_info
+from trm_store.postgres_warm import WARM_FOR
 
 pytestmark = pytest.mark.postgres
 
@@ -163,11 +165,70 @@ def test_a_setting_a_projections_apply_sends_does_not_reach_the_next_transaction
         assert [e.stream_id for e in theirs.read_all()] == ["theirs"]
 
 
-def test_a_search_path_committed_inside_query_does_not_reach_the_next_read(
+def _noted(n: int) -> NewEvent:
+    """An event no test projection takes: appended server-numbered, in one or two queries."""
+    return NewEvent("test.noted", {"amount": n})
+
+
+def test_a_restore_rolled_back_is_owed_again(pg_url: str, second_schema: str) -> None:
+    """A fourth review: the restore is part of the transaction it begins; when that transaction
+    rolled back (a server-numbered append's second query refused by lock_timeout while another
+    session held a SHARE lock), the RESET was undone and the mark gone, and the next append went
+    into another store's log. The mark now stays until a transaction carrying the restore
+    commits."""
+    projection = _SettingTotals()
+    projection.setting = f'SET search_path = "{_schema_of(second_schema)}"'
+    with open_store(second_schema, projections=TOTALS) as theirs:
+        theirs.append("theirs", [added(2)])
+    admin = create_engine(PG_URL)
+    with open_store(
+        f"{pg_url}%20-clock_timeout%3D300", projections={"test_totals": projection}
+    ) as ours:
+        ours.append("ours", [added(99)])  # the apply sets the search_path; committed
+        time.sleep(WARM_FOR + 0.3)  # no longer warm: the append takes two queries
+        with admin.connect() as blocker:
+            blocker.execute(text(f'LOCK TABLE "{_schema_of(pg_url)}".events IN SHARE MODE'))
+            with pytest.raises(StoreError):
+                ours.append("n", [_noted(1)])
+            blocker.rollback()
+        ours.append("ours", [added(1)])
+        assert [e.stream_id for e in ours.read_all()] == ["ours", "ours"]
+    admin.dispose()
+    with open_store(second_schema, projections=TOTALS) as theirs:
+        assert [e.stream_id for e in theirs.read_all()] == ["theirs"]
+
+
+def test_a_statement_is_prepared_under_the_stores_own_search_path(
     pg_url: str, second_schema: str
 ) -> None:
-    """`query()` rolls back; a block that commits first ends its transaction itself: its
-    connection is then not kept (a third review)."""
+    """A fourth review: `PREPARE` of the server-numbered insert ran before the restore, under a
+    search_path an apply had set (here a schema without trm's tables): every such append
+    failed. The restore is sent first, on its own, when a statement is to be prepared."""
+    projection = _SettingTotals()
+    empty = f"empty_{_schema_of(second_schema)}"
+    projection.setting = f'SET search_path = "{empty}"'
+    admin = create_engine(PG_URL)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{empty}"'))
+    try:
+        with open_store(pg_url, projections={"test_totals": projection}) as ours:
+            for n in range(4):
+                ours.append("ours", [added(99)])
+                ours.append(f"noted{n}", [_noted(n)])
+            assert len(list(ours.read_all())) == 8
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{empty}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.mark.parametrize("how", ["conn.commit()", "SQL COMMIT", "conn.close()"])
+def test_a_query_block_that_ends_its_transaction_leaves_nothing_behind(
+    pg_url: str, second_schema: str, how: str
+) -> None:
+    """A fourth review: a SQL `COMMIT` ended the transaction where SQLAlchemy did not see it,
+    and the connection went back to the pool with the block's search_path; a block that closed
+    its connection got a StoreError."""
     with (
         open_store(pg_url, projections=TOTALS) as ours,
         open_store(second_schema, projections=TOTALS) as theirs,
@@ -177,6 +238,11 @@ def test_a_search_path_committed_inside_query_does_not_reach_the_next_read(
         for _ in range(5):
             with ours.query("test_totals") as (conn, _tables):
                 conn.exec_driver_sql(f'SET search_path = "{_schema_of(second_schema)}"')
-                conn.commit()
+                if how == "conn.commit()":
+                    conn.commit()
+                elif how == "SQL COMMIT":
+                    conn.exec_driver_sql("COMMIT")
+                else:
+                    conn.close()
             assert [e.stream_id for e in ours.read_all()] == ["ours"]
             assert ours.head_position() == 1
