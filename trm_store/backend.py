@@ -147,12 +147,26 @@ def rolled_back(
 ) -> Iterator[tuple[Connection, Mapping[str, Table]]]:
     """Yields `(conn, tables)` once, then rolls back `conn`'s transaction: what a read's caller
     did in it, a session setting too, ends with it. A connection whose transaction the caller
-    ended (a `COMMIT` may have kept a `SET search_path`) is not kept: invalidated, closed."""
+    ended (`conn.commit()`, or a SQL `COMMIT` that only the driver saw: it may have kept a
+    `SET search_path`) is not kept: invalidated, closed. One the caller closed is left alone."""
     yield conn, tables
+    if conn.closed or conn.invalidated:
+        return
+    ended = not conn.in_transaction() or not _driver_in_transaction(conn)
     if conn.in_transaction():
         conn.rollback()
-    else:
+    if ended:
         conn.invalidate()
+
+
+def _driver_in_transaction(conn: Connection) -> bool:
+    """Whether the driver's connection is in a transaction (psycopg's status: in one, or in a
+    failed one; sqlite3's `in_transaction`)."""
+    driver = conn.connection.dbapi_connection
+    info = getattr(driver, "info", None)
+    if info is not None:  # psycopg
+        return bool(info.transaction_status.name != "IDLE")
+    return bool(getattr(driver, "in_transaction", True))
 
 
 @contextmanager
