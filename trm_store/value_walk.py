@@ -11,18 +11,44 @@ import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from enum import Enum
+from functools import cache
 from itertools import chain
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-__all__ = ["MAX_DEPTH", "refuse_non_finite", "refuse_non_finite_in"]
+__all__ = [
+    "MAX_DEPTH",
+    "NO_MODES",
+    "KeyModes",
+    "key_modes",
+    "refuse_non_finite",
+    "refuse_non_finite_in",
+]
 
 MAX_DEPTH = 200
 
+KeyModes = Mapping[str, Any]
+"""How a model's serializer writes bytes, timedeltas and dates (its `ser_json_*` settings), as
+`to_jsonable_python`'s arguments: two keys merge, or not, in the model's own form."""
+NO_MODES: KeyModes = MappingProxyType({})
+_MODES = (
+    ("ser_json_bytes", "bytes_mode"),
+    ("ser_json_timedelta", "timedelta_mode"),
+    ("ser_json_temporal", "temporal_mode"),
+)
 
-def refuse_non_finite(value: Any, depth: int = 0) -> None:
+
+@cache
+def key_modes(model: type[BaseModel]) -> KeyModes:
+    """The `ser_json_*` settings `model` sets, for the key check (made once per model)."""
+    config: Mapping[str, Any] = model.model_config
+    return MappingProxyType({mode: config[name] for name, mode in _MODES if name in config})
+
+
+def refuse_non_finite(value: Any, depth: int = 0, keys: KeyModes = NO_MODES) -> None:
     """Raise ValueError for a NaN or infinite float anywhere in `value`, or for nesting deeper
     than `MAX_DEPTH` levels (a cyclic value too: checked before the C encoder, which would
     recurse until the interpreter's limit, and past the C stack when that limit is raised).
@@ -33,7 +59,7 @@ def refuse_non_finite(value: Any, depth: int = 0) -> None:
     kind = type(value)
     if kind is dict or (kind is not list and isinstance(value, Mapping)):
         if not all(type(key) is str for key in value):
-            _refuse_merged_keys(value)
+            _refuse_merged_keys(value, keys)
         items: Iterable[Any] = value.values()
     elif kind is list:
         items = value
@@ -49,7 +75,7 @@ def refuse_non_finite(value: Any, depth: int = 0) -> None:
         items = _inferred_items(value)
         if not items:  # a datetime, a UUID, a decimal (most of what reaches here): no walk
             return
-    refuse_non_finite_in(items, depth)
+    refuse_non_finite_in(items, depth, keys)
 
 
 def _inferred_items(value: Any) -> Iterable[Any]:
@@ -67,7 +93,7 @@ def _inferred_items(value: Any) -> Iterable[Any]:
     return ()
 
 
-def refuse_non_finite_in(items: Iterable[Any], depth: int) -> None:
+def refuse_non_finite_in(items: Iterable[Any], depth: int, keys: KeyModes = NO_MODES) -> None:
     """`refuse_non_finite` of each of `items`, the items of containers `depth` levels deep."""
     if depth > MAX_DEPTH:
         raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
@@ -80,22 +106,23 @@ def refuse_non_finite_in(items: Iterable[Any], depth: int) -> None:
                 raise ValueError(f"{item} is not a finite number")
         elif kind is dict:  # the usual nested container: one call, as for a float
             if not all(type(key) is str for key in item):
-                _refuse_merged_keys(item)
-            refuse_non_finite_in(item.values(), depth + 1)
+                _refuse_merged_keys(item, keys)
+            refuse_non_finite_in(item.values(), depth + 1, keys)
         else:
-            refuse_non_finite(item, depth + 1)
+            refuse_non_finite(item, depth + 1, keys)
 
 
-def _refuse_merged_keys(value: Mapping[Any, Any]) -> None:
+def _refuse_merged_keys(value: Mapping[Any, Any], modes: KeyModes) -> None:
     """JSON keys are text: `{1: "a", "1": "b"}` would be written as `{"1": "b"}`, a value lost
-    (its keys turned to text as pydantic turns them, in an `Any` field). A NaN or infinite key
+    (its keys turned to text as pydantic turns them, in an `Any` field, with the model's `modes`:
+    `key_modes`). A NaN or infinite key
     is refused as such a value is (pydantic writes each as "None"); a key that cannot be text at
     all (a `frozenset`) is refused here too, with the same error."""
     for key in value:
         if isinstance(key, float) and not math.isfinite(key):
             raise ValueError(f"a key {key} is not a finite number")
     try:
-        keys = to_jsonable_python(dict.fromkeys(value))
+        keys = to_jsonable_python(dict.fromkeys(value), **modes)
     except (TypeError, ValueError) as e:
         raise ValueError(f"a key of {list(value)!r:.80} cannot be a JSON key: {e}") from None
     if len(keys) != len(value):

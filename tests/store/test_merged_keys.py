@@ -4,12 +4,13 @@ same dict in meta was refused (a hostile review)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 from pydantic_core import to_jsonable_python
 
 from trm_store import EventValidationError, NewEvent, Store, register_event_type
@@ -82,3 +83,41 @@ def test_keys_json_cannot_hold_are_refused_with_a_typed_error(
     with pytest.raises(EventValidationError, match=says):
         store.append("s", [event])
     assert store.head_position() == 0
+
+
+class _Base64(BaseModel):
+    model_config = ConfigDict(ser_json_bytes="base64")
+    x: Any = None
+
+
+class _SecondsFloat(BaseModel):
+    model_config = ConfigDict(ser_json_timedelta="float")
+    x: Any = None
+
+
+register_event_type("test.base64", _Base64)
+register_event_type("test.seconds", _SecondsFloat)
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "refused"),
+    [
+        ("test.base64", {b"a": 1, "YQ==": 2}, True),
+        ("test.seconds", {timedelta(seconds=1): 1, "1": 2}, True),
+        ("test.base64", {b"\xff": 1}, False),  # the model writes it, as "_w=="
+    ],
+    ids=["base64-merge", "seconds-merge", "base64-not-utf8"],
+)
+def test_keys_are_compared_as_the_models_own_serializer_writes_them(
+    store: Store, kind: str, value: Any, refused: bool
+) -> None:
+    """A fourth review: the check turned keys to text with pydantic's default settings, not the
+    model's (`ser_json_bytes`, `ser_json_timedelta`): keys the model writes alike passed and one
+    value was lost, and a key the model writes was refused."""
+    if refused:
+        with pytest.raises(EventValidationError, match="same JSON key"):
+            store.append("s", [NewEvent(kind, {"x": value})])
+        assert store.head_position() == 0
+    else:
+        (recorded,) = store.append("s", [NewEvent(kind, {"x": value})])
+        assert store.read_stream("s")[0].data == recorded.data == {"x": {"_w==": 1}}
