@@ -123,7 +123,7 @@ class Subscription:
             conn, wake = self._open()
             if self._caught_up and not wake.wait(STEP_S):
                 return LogBatch([], self._cursor, True)
-            with conn.begin(), wake.answered():
+            with wake.answered(), conn.begin():  # its COMMIT answered in time too
                 return log_batch(conn, self._filter, self._cursor, self._batch_size)
         except SQLAlchemyError as e:
             raise self._store_error(e) from e

@@ -139,13 +139,14 @@ def answered_within(dbapi_connection: Any, seconds: float) -> Iterator[None]:
     have not returned within `seconds`: the blocked read then fails as a lost connection's does
     (psycopg's OperationalError), where a path that stopped forwarding would hold it forever."""
     answered = threading.Event()
-    fd = dbapi_connection.fileno()
+    # A descriptor of its own on the connection's socket, taken now: the block may close the
+    # connection's (SQLAlchemy invalidates a lost one) and another file may get that number.
+    sock = socket.socket(fileno=os.dup(dbapi_connection.fileno()))
 
     def shut_down() -> None:
         with _shutting:
             if not answered.is_set():
-                with socket.socket(fileno=os.dup(fd)) as sock:
-                    sock.shutdown(socket.SHUT_RDWR)
+                sock.shutdown(socket.SHUT_RDWR)
 
     timer = threading.Timer(seconds, shut_down)
     timer.daemon = True
@@ -156,6 +157,7 @@ def answered_within(dbapi_connection: Any, seconds: float) -> Iterator[None]:
         with _shutting:
             answered.set()
         timer.cancel()
+        sock.close()
 
 
 _shutting = threading.Lock()

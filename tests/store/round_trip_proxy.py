@@ -31,6 +31,8 @@ class RoundTripProxy:
         self._flows: list[list[bool]] = []
         """Each connection's `forgotten` flag."""
         self.silent = threading.Event()
+        self.silent_at: bytes | None = None
+        """Go silent when a client sends these bytes (a statement's text), before they pass."""
         threading.Thread(target=self._accept, daemon=True).start()
 
     def url(self, url: str) -> str:
@@ -76,6 +78,8 @@ class RoundTripProxy:
     ) -> None:
         try:
             while data := source.recv(65536):
+                if from_client and self.silent_at is not None and self.silent_at in data:
+                    self.silent.set()
                 while self.silent.is_set():  # held, not forwarded, nothing said
                     time.sleep(0.05)
                 if forgotten[0]:  # a reset to whoever sends, nothing forwarded

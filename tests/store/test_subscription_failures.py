@@ -5,6 +5,7 @@ touches its parent's subscription connection, nor waits on a lock a parent's thr
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -150,3 +151,65 @@ def test_a_connection_that_goes_silent_during_a_read_ends_the_iteration(
             assert isinstance(outcome[-1], StoreError), outcome
         finally:
             proxy.silent.clear()
+
+
+@pytest.mark.postgres
+def test_a_read_whose_commit_goes_unanswered_ends_the_iteration(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fourth review: the guard ended before the read's transaction did, so a path that went
+    silent at its `COMMIT` hung the iteration for good."""
+    monkeypatch.setattr(trm_store.wakeups, "READ_TIMEOUT_S", 1.0, raising=False)
+    outcome: list[object] = []
+    with (
+        round_trip_proxy(pg_url) as (proxy, through),
+        open_store(pg_url, projections={}) as writer,
+        open_store(through, projections={}) as follower,
+    ):
+        writer.append("s", [added(1)])
+        events = iter(follower.subscribe())
+        assert next(events).position == 1
+
+        def follow() -> None:
+            try:
+                outcome.extend(e.position for e in events)
+            except StoreError as e:
+                outcome.append(e)
+
+        proxy.silent_at = b"COMMIT"
+        follower_thread = threading.Thread(target=follow)
+        follower_thread.start()
+        try:
+            writer.append("s", [added(2)])  # wakes it: BEGIN, the read, COMMIT
+            follower_thread.join(10)
+            assert not follower_thread.is_alive(), "the read's COMMIT was never bounded"
+            assert len(outcome) <= 2 and isinstance(outcome[-1], StoreError), outcome
+        finally:
+            proxy.silent_at = None
+            proxy.silent.clear()
+
+
+def test_a_guard_that_fires_late_never_shuts_down_a_socket_that_took_its_number() -> None:
+    """A fourth review: the guard shut down whatever socket had the connection's descriptor
+    number when it fired; the block may have closed the connection, and another socket may
+    have taken that number. It holds a descriptor of its own now."""
+
+    class Driver:
+        def __init__(self, sock: socket.socket) -> None:
+            self.sock = sock
+
+        def fileno(self) -> int:
+            return self.sock.fileno()
+
+    ours, peer = socket.socketpair()
+    with trm_store.wakeups.answered_within(Driver(ours), 0.2):
+        number = ours.fileno()
+        ours.close()  # as an invalidation closes the connection's socket
+        other, other_peer = socket.socketpair()
+        reused = other if other.fileno() == number else other_peer
+        time.sleep(0.5)  # the guard fires before the block ends
+    partner = other_peer if reused is other else other
+    partner.sendall(b"x")
+    assert reused.recv(1) == b"x"
+    for sock in (peer, other, other_peer):
+        sock.close()
