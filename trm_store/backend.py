@@ -22,6 +22,7 @@ from trm_store.prepared import PreparedAppend
 from trm_store.rebuild_lock import RebuildLock
 
 __all__ = [
+    "CALLERS_SQL",
     "AppendServerNumbered",
     "AppendWrite",
     "Backend",
@@ -36,6 +37,10 @@ Durability = Literal["normal", "full"]
 
 
 T = TypeVar("T")
+
+CALLERS_SQL = "trm_callers_sql"
+"""Marks, in a connection's `info`, that a caller's SQL ran on it: its session may hold the
+caller's settings until the backend restores them."""
 
 AppendWrite = Callable[[Connection, AppendHeads, Sequence[Sequence[PreparedAppend]]], T]
 """What `Backend.append_transaction` runs in the transaction: given the connection, what it
@@ -145,28 +150,15 @@ def reading(
 def rolled_back(
     conn: Connection, tables: Mapping[str, Table]
 ) -> Iterator[tuple[Connection, Mapping[str, Table]]]:
-    """Yields `(conn, tables)` once, then rolls back `conn`'s transaction: what a read's caller
-    did in it, a session setting too, ends with it. A connection whose transaction the caller
-    ended (`conn.commit()`, or a SQL `COMMIT` that only the driver saw: it may have kept a
-    `SET search_path`) is not kept: invalidated, closed. One the caller closed is left alone."""
+    """Yields `(conn, tables)` once, then rolls back what is open: what a read's caller did in
+    it, a session setting too, ends with it. The connection is marked first (`CALLERS_SQL`):
+    what the caller may have committed (a `COMMIT`, `COMMIT AND CHAIN`, then a `SET`) the
+    backend undoes when the connection goes back to its pool (PostgreSQL:
+    `trm_store.postgres_session`)."""
+    conn.info[CALLERS_SQL] = True
     yield conn, tables
-    if conn.closed or conn.invalidated:
-        return
-    ended = not conn.in_transaction() or not _driver_in_transaction(conn)
-    if conn.in_transaction():
+    if not conn.closed and conn.in_transaction():  # an invalidated one too: SQLAlchemy needs it
         conn.rollback()
-    if ended:
-        conn.invalidate()
-
-
-def _driver_in_transaction(conn: Connection) -> bool:
-    """Whether the driver's connection is in a transaction (psycopg's status: in one, or in a
-    failed one; sqlite3's `in_transaction`)."""
-    driver = conn.connection.dbapi_connection
-    info = getattr(driver, "info", None)
-    if info is not None:  # psycopg
-        return bool(info.transaction_status.name != "IDLE")
-    return bool(getattr(driver, "in_transaction", True))
 
 
 @contextmanager

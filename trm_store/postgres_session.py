@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.pool import PoolProxiedConnection
 
+from trm_store.backend import CALLERS_SQL
 from trm_store.postgres_prepared import AS_IS, Prepared, all_prepared
 
 if TYPE_CHECKING:  # a SQLite store never imports the PostgreSQL driver
@@ -45,13 +46,11 @@ RESTORE_SESSION = f"{_SESSION_SETTINGS}; RESET search_path"
 """Sent at the start of a writer's transaction after one that ran a caller's SQL: the settings
 above, and the `search_path` the URL or the role gave the session, whatever the caller's SQL
 set (another schema would send the store's appends to another log)."""
-_CALLERS_SQL = "trm_callers_sql"
-"""Marks, in a writer connection's `info`, that its session may hold a caller's settings."""
 
 
 def callers_sql_ran(connection: PoolProxiedConnection) -> None:
     """Mark `connection`: its transaction runs SQL not trm's."""
-    connection.info[_CALLERS_SQL] = True
+    connection.info[CALLERS_SQL] = True
 
 
 def restoring(
@@ -62,19 +61,19 @@ def restoring(
     or, when a statement of `prepare` must be prepared first (`PREPARE` would plan it under the
     caller's `search_path`), the restore sent now, on its own, outside any transaction (so kept:
     the mark goes), before it."""
-    if not connection.info.get(_CALLERS_SQL):
+    if not connection.info.get(CALLERS_SQL):
         return ""
     if all_prepared(connection, prepare):
         return f"{RESTORE_SESSION}; "
     conn.exec_driver_sql(RESTORE_SESSION, execution_options=AS_IS)
-    del connection.info[_CALLERS_SQL]
+    del connection.info[CALLERS_SQL]
     return ""
 
 
 def restored(connection: PoolProxiedConnection) -> None:
     """A transaction that ran no caller's SQL committed: the restore it began with, if any,
     holds."""
-    connection.info.pop(_CALLERS_SQL, None)
+    connection.info.pop(CALLERS_SQL, None)
 
 
 def set_session_on_connect(engine: Engine) -> None:
@@ -87,6 +86,22 @@ def set_session_on_connect(engine: Engine) -> None:
         dbapi_connection.autocommit = True
         try:
             dbapi_connection.execute(_SESSION_SETTINGS, prepare=False)
+        finally:
+            dbapi_connection.autocommit = autocommit
+
+    @event.listens_for(engine, "reset")
+    def _restore(dbapi_connection: psycopg.Connection[Any], record: Any, state: Any) -> None:
+        """A pooled connection a caller's SQL ran on (`Store.query`) goes back with the store's
+        session: what the caller committed is undone here, one round trip, outside any
+        transaction (`reset` has rolled back, or ends what is open now)."""
+        if state.terminate_only or not record.info.pop(CALLERS_SQL, False):
+            return
+        if dbapi_connection.info.transaction_status.name != "IDLE":
+            dbapi_connection.rollback()
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        try:
+            dbapi_connection.execute(RESTORE_SESSION, prepare=False)
         finally:
             dbapi_connection.autocommit = autocommit
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import suppress
 from datetime import timedelta
 from typing import Any
 
@@ -222,13 +223,30 @@ def test_a_statement_is_prepared_under_the_stores_own_search_path(
         admin.dispose()
 
 
-@pytest.mark.parametrize("how", ["conn.commit()", "SQL COMMIT", "conn.close()"])
+_ENDINGS = {
+    "conn.commit()": lambda conn: conn.commit(),
+    "SQL COMMIT": lambda conn: conn.exec_driver_sql("COMMIT"),
+    "COMMIT AND CHAIN": lambda conn: conn.exec_driver_sql("COMMIT AND CHAIN"),
+    "COMMIT, then a statement": lambda conn: conn.exec_driver_sql("COMMIT; SELECT 1"),
+    "conn.close()": lambda conn: conn.close(),
+    "conn.invalidate()": lambda conn: conn.invalidate(),
+}
+
+
+class _Raised(Exception):
+    pass
+
+
+@pytest.mark.parametrize("raises", [False, True], ids=["ends", "then-raises"])
+@pytest.mark.parametrize("how", sorted(_ENDINGS))
 def test_a_query_block_that_ends_its_transaction_leaves_nothing_behind(
-    pg_url: str, second_schema: str, how: str
+    pg_url: str, second_schema: str, how: str, raises: bool
 ) -> None:
-    """A fourth review: a SQL `COMMIT` ended the transaction where SQLAlchemy did not see it,
-    and the connection went back to the pool with the block's search_path; a block that closed
-    its connection got a StoreError."""
+    """The fourth and fifth reviews: a SQL `COMMIT` (alone, chained, or followed by another
+    statement) ended the transaction where the check at the block's end could not see it, and
+    a block that raised skipped the check: the connection went back to the pool with the
+    block's search_path. Blocks that closed or invalidated their connection got a StoreError.
+    Every connection a `query()` block ran on is restored as it goes back to the pool."""
     with (
         open_store(pg_url, projections=TOTALS) as ours,
         open_store(second_schema, projections=TOTALS) as theirs,
@@ -236,13 +254,27 @@ def test_a_query_block_that_ends_its_transaction_leaves_nothing_behind(
         ours.append("ours", [added(1)])
         theirs.append("theirs", [added(2), added(3)])
         for _ in range(5):
-            with ours.query("test_totals") as (conn, _tables):
+            with suppress(_Raised), ours.query("test_totals") as (conn, _tables):
                 conn.exec_driver_sql(f'SET search_path = "{_schema_of(second_schema)}"')
-                if how == "conn.commit()":
-                    conn.commit()
-                elif how == "SQL COMMIT":
-                    conn.exec_driver_sql("COMMIT")
-                else:
-                    conn.close()
+                _ENDINGS[how](conn)
+                if raises:
+                    raise _Raised
             assert [e.stream_id for e in ours.read_all()] == ["ours"]
             assert ours.head_position() == 1
+
+
+def test_a_read_only_query_chained_past_its_commit_leaves_nothing_behind(
+    pg_url: str, second_schema: str
+) -> None:
+    """The guard lets `COMMIT AND CHAIN` through (the chained transaction is read-only too);
+    the search_path set before it was committed (a fifth review)."""
+    with open_store(pg_url, projections=TOTALS) as ours:
+        ours.append("ours", [added(1)])
+    with open_store(second_schema, projections=TOTALS) as theirs:
+        theirs.append("theirs", [added(2), added(3)])
+    with open_store(pg_url, projections=TOTALS, read_only=True) as reader:
+        for _ in range(5):
+            with suppress(StoreError), reader.query("test_totals") as (conn, _tables):
+                conn.exec_driver_sql(f'SET search_path = "{_schema_of(second_schema)}"')
+                conn.exec_driver_sql("COMMIT AND CHAIN")
+            assert [e.stream_id for e in reader.read_all()] == ["ours"]
