@@ -87,7 +87,7 @@ class EventType:
                 if isinstance(data, model)
                 else model.__pydantic_validator__.validate_python(data)
             )
-            refuse_non_finite(instance, keys=key_modes(model))
+            refuse_non_finite(instance, keys=(key_modes(model),))
             normal = model.__pydantic_serializer__.to_python(instance, mode="json")
         except ValidationError as e:
             raise EventValidationError(f"event {self.name!r}: {validation_problem(e)}") from e
@@ -137,7 +137,7 @@ class EventType:
             if self.model.model_config.get("extra") == "allow":
                 extras = (instance.__pydantic_extra__ or {} for instance in instances)
                 fields = chain(fields, chain.from_iterable(map(dict.values, extras)))
-            refuse_non_finite_in(fields, 0, key_modes(self.model))
+            refuse_non_finite_in(fields, 0, (key_modes(self.model),))
             normals = adapter.serializer.to_python(instances, mode="json")
             if not all(isinstance(normal, dict) for normal in normals):
                 return None  # `validate` refuses the first that is not, and says why

@@ -30,10 +30,14 @@ __all__ = [
 
 MAX_DEPTH = 200
 
-KeyModes = Mapping[str, Any]
-"""How a model's serializer writes bytes, timedeltas and dates (its `ser_json_*` settings), as
-`to_jsonable_python`'s arguments: two keys merge, or not, in the model's own form."""
-NO_MODES: KeyModes = MappingProxyType({})
+KeyModes = tuple[Mapping[str, Any], ...]
+"""How the serializers that may write a dict's keys write bytes, timedeltas and dates (their
+models' `ser_json_*` settings), as `to_jsonable_python`'s arguments: the event's model and each
+model instance on the way down. A model reached through a typed field is written with its
+parent's settings, one in an `Any` field with its own; the walk does not tell them apart, so a
+key is checked in each form: refused if two keys merge in any, or if it can be written in
+none."""
+NO_MODES: KeyModes = (MappingProxyType({}),)
 _MODES = (
     ("ser_json_bytes", "bytes_mode"),
     ("ser_json_timedelta", "timedelta_mode"),
@@ -42,7 +46,7 @@ _MODES = (
 
 
 @cache
-def key_modes(model: type[BaseModel]) -> KeyModes:
+def key_modes(model: type[BaseModel]) -> Mapping[str, Any]:
     """The `ser_json_*` settings `model` sets, for the key check (made once per model)."""
     config: Mapping[str, Any] = model.model_config
     return MappingProxyType({mode: config[name] for name, mode in _MODES if name in config})
@@ -69,6 +73,8 @@ def refuse_non_finite(value: Any, depth: int = 0, keys: KeyModes = NO_MODES) -> 
         return
     elif isinstance(value, BaseModel):
         items = chain(value.__dict__.values(), (value.__pydantic_extra__ or {}).values())
+        if (own := key_modes(type(value))) not in keys:
+            keys = (*keys, own)
     elif isinstance(value, list | tuple | set | frozenset):
         items = value
     else:
@@ -114,21 +120,27 @@ def refuse_non_finite_in(items: Iterable[Any], depth: int, keys: KeyModes = NO_M
 
 def _refuse_merged_keys(value: Mapping[Any, Any], modes: KeyModes) -> None:
     """JSON keys are text: `{1: "a", "1": "b"}` would be written as `{"1": "b"}`, a value lost
-    (its keys turned to text as pydantic turns them, in an `Any` field, with the model's `modes`:
-    `key_modes`). A NaN or infinite key
-    is refused as such a value is (pydantic writes each as "None"); a key that cannot be text at
-    all (a `frozenset`) is refused here too, with the same error."""
+    (its keys turned to text as pydantic turns them, in an `Any` field, in each of `modes`). A
+    NaN or infinite key is refused as such a value is (pydantic writes each as "None"); a key
+    that cannot be text in any of `modes` (a `frozenset`) is refused here too."""
     for key in value:
         if isinstance(key, float) and not math.isfinite(key):
             raise ValueError(f"a key {key} is not a finite number")
-    try:
-        keys = to_jsonable_python(dict.fromkeys(value), **modes)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"a key of {list(value)!r:.80} cannot be a JSON key: {e}") from None
-    if len(keys) != len(value):
-        raise ValueError(
-            f"keys {list(value)!r:.80} become the same JSON key: a value would be lost"
-        )
+    written = 0
+    problem: Exception | None = None
+    for mode in modes:
+        try:
+            keys = to_jsonable_python(dict.fromkeys(value), **mode)
+        except (TypeError, ValueError) as e:
+            problem = e
+            continue
+        if len(keys) != len(value):
+            raise ValueError(
+                f"keys {list(value)!r:.80} become the same JSON key: a value would be lost"
+            )
+        written += 1
+    if not written:
+        raise ValueError(f"a key of {list(value)!r:.80} cannot be a JSON key: {problem}")
 
 
 _PLAIN = frozenset({str, int, bool})

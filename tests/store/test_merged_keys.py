@@ -121,3 +121,39 @@ def test_keys_are_compared_as_the_models_own_serializer_writes_them(
     else:
         (recorded,) = store.append("s", [NewEvent(kind, {"x": value})])
         assert store.read_stream("s")[0].data == recorded.data == {"x": {"_w==": 1}}
+
+
+class _InnerDefault(BaseModel):
+    m: dict[Any, int]
+
+
+class _InnerBase64(BaseModel):
+    model_config = ConfigDict(ser_json_bytes="base64")
+    m: dict[Any, int]
+
+
+register_event_type("test.base64_any", _Base64)  # x: Any, base64
+register_event_type("test.default_any", _Free)  # x: Any, the defaults
+
+
+@pytest.mark.parametrize(
+    ("kind", "inner", "refused"),
+    [
+        ("test.base64_any", _InnerDefault(m={b"a": 1, "a": 2}), True),
+        ("test.default_any", _InnerBase64(m={b"a": 1, "YQ==": 2}), True),
+        ("test.default_any", _InnerBase64(m={b"\xff": 1}), False),
+    ],
+    ids=["default-inside-base64", "base64-inside-default", "base64-inside-default-not-utf8"],
+)
+def test_a_model_inside_an_any_field_has_its_keys_checked_in_its_own_form(
+    store: Store, kind: str, inner: BaseModel, refused: bool
+) -> None:
+    """A fifth review: a model instance in an `Any` field is written with its own settings,
+    not the event model's; the check used the event model's only."""
+    if refused:
+        with pytest.raises(EventValidationError, match="same JSON key"):
+            store.append("s", [NewEvent(kind, {"x": inner})])
+        assert store.head_position() == 0
+    else:
+        (recorded,) = store.append("s", [NewEvent(kind, {"x": inner})])
+        assert recorded.data == store.read_stream("s")[0].data == {"x": {"m": {"_w==": 1}}}
