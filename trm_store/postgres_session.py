@@ -43,6 +43,13 @@ __all__ = [
 
 _SESSION_SETTINGS = "SET DateStyle = 'ISO'; SET TimeZone = 'UTC'"
 RESTORE_SESSION = f"{_SESSION_SETTINGS}; RESET search_path"
+_FRESH_SESSION = (
+    "CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; DISCARD TEMP; DISCARD SEQUENCES; "
+    f"UNLISTEN *; SELECT pg_advisory_unlock_all(); {_SESSION_SETTINGS}"
+)
+"""`DISCARD ALL` but the prepared statements (psycopg's own, which it would not know gone), then
+the store's settings: every setting back to the session's defaults (the URL's and the role's
+`search_path` among them), `SET ROLE` undone, temp tables dropped."""
 """Sent at the start of a writer's transaction after one that ran a caller's SQL: the settings
 above, and the `search_path` the URL or the role gave the session, whatever the caller's SQL
 set (another schema would send the store's appends to another log)."""
@@ -91,8 +98,9 @@ def set_session_on_connect(engine: Engine) -> None:
 
     @event.listens_for(engine, "reset")
     def _restore(dbapi_connection: psycopg.Connection[Any], record: Any, state: Any) -> None:
-        """A pooled connection a caller's SQL ran on (`Store.query`) goes back with the store's
-        session: what the caller committed is undone here, one round trip, outside any
+        """A pooled connection a caller's SQL ran on (`Store.query`) goes back with a fresh
+        session: whatever the caller committed (a setting, `SET ROLE`, a temp table that would
+        hide the store's tables) ends with `_FRESH_SESSION`, one round trip, outside any
         transaction (`reset` has rolled back, or ends what is open now)."""
         if state.terminate_only or not record.info.pop(CALLERS_SQL, False):
             return
@@ -101,7 +109,7 @@ def set_session_on_connect(engine: Engine) -> None:
         autocommit = dbapi_connection.autocommit
         dbapi_connection.autocommit = True
         try:
-            dbapi_connection.execute(RESTORE_SESSION, prepare=False)
+            dbapi_connection.execute(_FRESH_SESSION, prepare=False)
         finally:
             dbapi_connection.autocommit = autocommit
 

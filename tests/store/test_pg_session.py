@@ -7,6 +7,7 @@ defaults would be, without touching the shared database."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import suppress
 from datetime import timedelta
@@ -278,3 +279,47 @@ def test_a_read_only_query_chained_past_its_commit_leaves_nothing_behind(
                 conn.exec_driver_sql(f'SET search_path = "{_schema_of(second_schema)}"')
                 conn.exec_driver_sql("COMMIT AND CHAIN")
             assert [e.stream_id for e in reader.read_all()] == ["ours"]
+
+
+@pytest.fixture
+def powerless_role() -> Iterator[str]:
+    """A role of this test's own, with no rights on any store's schema (dropped after)."""
+    name = f"trm_powerless_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(PG_URL)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE ROLE "{name}"'))
+        conn.execute(text(f'GRANT "{name}" TO CURRENT_USER'))
+    try:
+        yield name
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP ROLE "{name}"'))
+        admin.dispose()
+
+
+@pytest.mark.parametrize("what", ["temp table", "SET ROLE"])
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
+def test_what_a_query_block_commits_does_not_outlive_it(
+    pg_url: str, powerless_role: str, what: str, read_only: bool
+) -> None:
+    """A sixth review: only three settings were restored; a temp table named `events` that a
+    block committed hid the store's log from later reads, and a committed `SET ROLE` to a role
+    without rights broke every later read. The whole session is made fresh now."""
+    with open_store(pg_url, projections=TOTALS) as writer:
+        writer.append("ours", [added(1)])
+    sql = {
+        "temp table": f'CREATE TEMP TABLE events (LIKE "{_schema_of(pg_url)}".events)',
+        "SET ROLE": f'SET ROLE "{powerless_role}"',
+    }[what]
+    with open_store(pg_url, projections=TOTALS, read_only=read_only) as store:
+        for _ in range(5):
+            with suppress(StoreError), store.query("test_totals") as (conn, _tables):
+                if what == "temp table" and read_only:
+                    sql_here = "SET search_path = pg_temp"  # a read-only store makes no table
+                else:
+                    sql_here = sql
+                conn.exec_driver_sql(sql_here)
+                conn.exec_driver_sql("COMMIT AND CHAIN")
+            assert [e.stream_id for e in store.read_all()] == ["ours"]
+            with store.query("test_totals") as (conn, _tables):
+                assert conn.exec_driver_sql("SELECT current_user").scalar() != powerless_role
