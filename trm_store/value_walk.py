@@ -46,9 +46,12 @@ _MODES = (
 
 
 @cache
-def key_modes(model: type[BaseModel]) -> Mapping[str, Any]:
-    """The `ser_json_*` settings `model` sets, for the key check (made once per model)."""
-    config: Mapping[str, Any] = model.model_config
+def key_modes(model: type) -> Mapping[str, Any]:
+    """The `ser_json_*` settings a model (or a pydantic dataclass) sets, for the key check
+    (made once per class)."""
+    config: Mapping[str, Any] = getattr(model, "model_config", None) or getattr(
+        model, "__pydantic_config__", {}
+    )
     return MappingProxyType({mode: config[name] for name, mode in _MODES if name in config})
 
 
@@ -81,6 +84,9 @@ def refuse_non_finite(value: Any, depth: int = 0, keys: KeyModes = NO_MODES) -> 
         items = _inferred_items(value)
         if not items:  # a datetime, a UUID, a decimal (most of what reaches here): no walk
             return
+        dataclass: type = type(value)
+        if hasattr(dataclass, "__pydantic_config__") and (own := key_modes(dataclass)) not in keys:
+            keys = (*keys, own)  # a pydantic dataclass: written in its own form too
     refuse_non_finite_in(items, depth, keys)
 
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic_core import to_jsonable_python
 
 from trm_store import EventValidationError, NewEvent, Store, register_event_type
@@ -157,3 +158,20 @@ def test_a_model_inside_an_any_field_has_its_keys_checked_in_its_own_form(
     else:
         (recorded,) = store.append("s", [NewEvent(kind, {"x": inner})])
         assert recorded.data == store.read_stream("s")[0].data == {"x": {"m": {"_w==": 1}}}
+
+
+@pydantic_dataclass(config=ConfigDict(ser_json_bytes="base64"))
+class _DataclassBase64:
+    m: dict[Any, int]
+
+
+def test_a_pydantic_dataclass_in_an_any_field_has_its_keys_checked_in_its_own_form(
+    store: Store,
+) -> None:
+    """A sixth review: a pydantic dataclass in an `Any` field is written with its own
+    settings too; only models had their form checked."""
+    with pytest.raises(EventValidationError, match="same JSON key"):
+        store.append(
+            "s", [NewEvent("test.default_any", {"x": _DataclassBase64(m={b"a": 1, "YQ==": 2})})]
+        )
+    assert store.head_position() == 0
