@@ -9,14 +9,14 @@ gives UTC. Both are set once per connection, when it is opened, as SQLAlchemy's 
 sets a session's `search_path`: outside any transaction, so no rollback undoes them.
 
 A caller's own SQL (in `Store.query()` or `write_transaction()`) may change them, or the
-`search_path` (the store's tables are named without a schema). `query()` rolls back, which ends
-what it set (and a connection whose transaction the caller ended is not kept); a writer
-connection whose transaction ran a caller's SQL (a `write_transaction` block, a projection's
-`apply`) is marked (`callers_sql_ran`), and its next transaction begins with `RESTORE_SESSION`
-in the round trip of its `BEGIN` (`restoring`), the mark kept until such a transaction commits
-(a rollback undoes the restore too); and each checkout of the pool looks at what the server
-last reported for the two above (psycopg keeps it: no round trip) and sends them again if
-either differs.
+`search_path` (the store's tables are named without a schema), or more. A pooled connection a
+`query()` block ran on goes back with a fresh session (`_FRESH_SESSION`, at check-in: what the
+block committed ends there); a writer connection whose transaction ran a caller's SQL (a
+`write_transaction` block, a projection's `apply`) is marked (`callers_sql_ran`), and its next
+transaction begins with `RESTORE_SESSION` in the round trip of its `BEGIN` (`restoring`), the
+mark kept until such a transaction commits (a rollback undoes the restore too); and each
+checkout of the pool looks at what the server last reported for the two above (psycopg keeps
+it: no round trip) and sends them again if either differs.
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ __all__ = [
 
 _SESSION_SETTINGS = "SET DateStyle = 'ISO'; SET TimeZone = 'UTC'"
 RESTORE_SESSION = f"{_SESSION_SETTINGS}; RESET search_path"
+"""Sent at the start of a writer's transaction after one that ran a caller's SQL: the settings
+above, and the `search_path` the URL or the role gave the session, whatever the caller's SQL
+set (another schema would send the store's appends to another log)."""
 _FRESH_SESSION = (
     "CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; DISCARD TEMP; DISCARD SEQUENCES; "
     f"UNLISTEN *; SELECT pg_advisory_unlock_all(); {_SESSION_SETTINGS}"
@@ -50,9 +53,6 @@ _FRESH_SESSION = (
 """`DISCARD ALL` but the prepared statements (psycopg's own, which it would not know gone), then
 the store's settings: every setting back to the session's defaults (the URL's and the role's
 `search_path` among them), `SET ROLE` undone, temp tables dropped."""
-"""Sent at the start of a writer's transaction after one that ran a caller's SQL: the settings
-above, and the `search_path` the URL or the role gave the session, whatever the caller's SQL
-set (another schema would send the store's appends to another log)."""
 
 
 def callers_sql_ran(connection: PoolProxiedConnection) -> None:
@@ -89,12 +89,7 @@ def set_session_on_connect(engine: Engine) -> None:
 
     @event.listens_for(engine, "connect", insert=True)
     def _set(dbapi_connection: psycopg.Connection[Any], _record: object) -> None:
-        autocommit = dbapi_connection.autocommit
-        dbapi_connection.autocommit = True
-        try:
-            dbapi_connection.execute(_SESSION_SETTINGS, prepare=False)
-        finally:
-            dbapi_connection.autocommit = autocommit
+        _outside_transactions(dbapi_connection, _SESSION_SETTINGS)
 
     @event.listens_for(engine, "reset")
     def _restore(dbapi_connection: psycopg.Connection[Any], record: Any, state: Any) -> None:
@@ -106,15 +101,20 @@ def set_session_on_connect(engine: Engine) -> None:
             return
         if dbapi_connection.info.transaction_status.name != "IDLE":
             dbapi_connection.rollback()
-        autocommit = dbapi_connection.autocommit
-        dbapi_connection.autocommit = True
-        try:
-            dbapi_connection.execute(_FRESH_SESSION, prepare=False)
-        finally:
-            dbapi_connection.autocommit = autocommit
+        _outside_transactions(dbapi_connection, _FRESH_SESSION)
 
     @event.listens_for(engine, "checkout")
     def _keep(dbapi_connection: psycopg.Connection[Any], record: object, _proxy: object) -> None:
         status = dbapi_connection.info.parameter_status
         if status("TimeZone") != "UTC" or not (status("DateStyle") or "").startswith("ISO,"):
             _set(dbapi_connection, record)
+
+
+def _outside_transactions(dbapi_connection: psycopg.Connection[Any], sql: str) -> None:
+    """`sql` (several statements, no parameters) in autocommit: kept whatever follows."""
+    autocommit = dbapi_connection.autocommit
+    dbapi_connection.autocommit = True
+    try:
+        dbapi_connection.execute(sql, prepare=False)
+    finally:
+        dbapi_connection.autocommit = autocommit

@@ -8,7 +8,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -16,7 +17,7 @@ from sqlalchemy import create_engine, text
 import trm_store.wakeups
 from tests.conftest import PG_URL
 from tests.store.helpers import added, in_a_forked_child
-from tests.store.round_trip_proxy import round_trip_proxy
+from tests.store.round_trip_proxy import RoundTripProxy, round_trip_proxy
 from trm_store import RecordedEvent, Store, StoreError, open_store
 
 
@@ -91,21 +92,9 @@ def test_a_connection_that_goes_silent_ends_the_iteration_with_a_store_error(
     monkeypatch.setattr(trm_store.wakeups, "HEARTBEAT_S", 0.5, raising=False)
     monkeypatch.setattr(trm_store.wakeups, "HEARTBEAT_TIMEOUT_S", 1.0, raising=False)
     outcome: list[object] = []
-
-    def follow(events: Iterator[RecordedEvent]) -> None:
-        try:
-            outcome.extend(e.position for e in events)
-        except StoreError as e:
-            outcome.append(e)
-
-    with (
-        round_trip_proxy(pg_url) as (proxy, through),
-        open_store(pg_url, projections={}) as writer,
-        open_store(through, projections={}) as follower,
-    ):
+    with _writer_and_follower(pg_url) as (proxy, writer, follower):
         writer.append("a", [added(1)])
-        follower_thread = threading.Thread(target=follow, args=(follower.subscribe(),))
-        follower_thread.start()
+        follower_thread = _following(follower.subscribe(), outcome)
         time.sleep(2)  # idle: heartbeats, each answered in time
         assert outcome == [1]
         proxy.silent.set()
@@ -126,24 +115,14 @@ def test_a_connection_that_goes_silent_during_a_read_ends_the_iteration(
     hung for good, and close() could not end it)."""
     monkeypatch.setattr(trm_store.wakeups, "READ_TIMEOUT_S", 1.0, raising=False)
     outcome: list[object] = []
-    with (
-        round_trip_proxy(pg_url) as (proxy, through),
-        open_store(pg_url, projections={}) as writer,
-        open_store(through, projections={}) as follower,
-    ):
+    with _writer_and_follower(pg_url) as (proxy, writer, follower):
         writer.append("s", [added(n) for n in range(1005)])  # two batches of the catch-up
 
-        def follow() -> None:
-            try:
-                for event in follower.subscribe():
-                    outcome.append(event.position)
-                    if event.position == 1000:  # the path dies before the second batch's read
-                        proxy.silent.set()
-            except StoreError as e:
-                outcome.append(e)
+        def at_1000(event: RecordedEvent) -> None:
+            if event.position == 1000:  # the path dies before the second batch's read
+                proxy.silent.set()
 
-        follower_thread = threading.Thread(target=follow)
-        follower_thread.start()
+        follower_thread = _following(follower.subscribe(), outcome, at_1000)
         try:
             follower_thread.join(10)
             assert not follower_thread.is_alive(), "the read in flight was never bounded"
@@ -161,24 +140,13 @@ def test_a_read_whose_commit_goes_unanswered_ends_the_iteration(
     silent at its `COMMIT` hung the iteration for good."""
     monkeypatch.setattr(trm_store.wakeups, "READ_TIMEOUT_S", 1.0, raising=False)
     outcome: list[object] = []
-    with (
-        round_trip_proxy(pg_url) as (proxy, through),
-        open_store(pg_url, projections={}) as writer,
-        open_store(through, projections={}) as follower,
-    ):
+    with _writer_and_follower(pg_url) as (proxy, writer, follower):
         writer.append("s", [added(1)])
         events = iter(follower.subscribe())
         assert next(events).position == 1
 
-        def follow() -> None:
-            try:
-                outcome.extend(e.position for e in events)
-            except StoreError as e:
-                outcome.append(e)
-
         proxy.silent_at = b"COMMIT"
-        follower_thread = threading.Thread(target=follow)
-        follower_thread.start()
+        follower_thread = _following(events, outcome)
         try:
             writer.append("s", [added(2)])  # wakes it: BEGIN, the read, COMMIT
             follower_thread.join(10)
@@ -213,3 +181,36 @@ def test_a_guard_that_fires_late_never_shuts_down_a_socket_that_took_its_number(
     assert reused.recv(1) == b"x"
     for sock in (peer, other, other_peer):
         sock.close()
+
+
+def _following(
+    events: Iterable[RecordedEvent],
+    outcome: list[object],
+    each: Callable[[RecordedEvent], None] = lambda _event: None,
+) -> threading.Thread:
+    """A started thread that puts each event's position in `outcome` (after `each(event)`),
+    then the StoreError that ends the iteration."""
+
+    def follow() -> None:
+        try:
+            for event in events:
+                outcome.append(event.position)
+                each(event)
+        except StoreError as e:
+            outcome.append(e)
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    return thread
+
+
+@contextmanager
+def _writer_and_follower(pg_url: str) -> Iterator[tuple[RoundTripProxy, Store, Store]]:
+    """A store writing to `pg_url` directly, and one following it through a loopback proxy
+    that can go silent."""
+    with (
+        round_trip_proxy(pg_url) as (proxy, through),
+        open_store(pg_url, projections={}) as writer,
+        open_store(through, projections={}) as follower,
+    ):
+        yield proxy, writer, follower
