@@ -144,7 +144,7 @@ class Subscription:
             self._position = event.position
             yield event
         if not self._closed:
-            self._position = max(self._position, batch.cursor)
+            self._position = batch.cursor  # past every event of the batch, and the last cursor
 
     def __iter__(self) -> Iterator[RecordedEvent]:
         """The events, as they are committed; breaking out of the loop closes the subscription."""
